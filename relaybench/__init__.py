@@ -1,0 +1,40 @@
+"""relaybench: the Relay deep-learning compiler in Python, as a research workbench.
+
+>>> import relaybench as rb
+>>> from relaybench import op
+>>> x = rb.var("x", shape=(1, 3), dtype="float32")
+>>> mod = rb.IRModule.from_expr(rb.Function([x], op.nn.relu(x)))
+>>> mod = rb.passes.InferType()(mod)
+>>> mod["main"].body.checked_type
+Tensor[(1, 3), float32]
+"""
+
+from . import errors
+from .ir import (ANY, Call, Clause, Constant, Constructor, Function, GlobalVar, If, IRModule, Let, Match,
+                 Op, PatternConstructor, PatternTuple, PatternVar, PatternWildcard, RefCreate, RefRead,
+                 RefWrite, ScopeBuilder, SymVar, TensorType, Tuple, TupleGetItem, TupleType, Var, const,
+                 define_adt, var)
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "op": ("relaybench.op", None),
+    "passes": ("relaybench.passes", None),
+    "config": ("relaybench.config", None),
+    "ir": ("relaybench.ir", None),
+    "parse": ("relaybench.ir.parser", "parse"),
+    "structural_equal": ("relaybench.ir.structural", "structural_equal"),
+    "structural_hash": ("relaybench.ir.structural", "structural_hash"),
+    "assert_structural_equal": ("relaybench.ir.structural", "assert_structural_equal"),
+}
+
+
+def __getattr__(name):
+    import importlib
+    if name in _LAZY:
+        module, attr = _LAZY[name]
+        mod = importlib.import_module(module)
+        value = mod if attr is None else getattr(mod, attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'relaybench' has no attribute {name!r}")

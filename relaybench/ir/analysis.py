@@ -1,0 +1,94 @@
+"""Small analyses over expressions: free and bound variables, node counts. All iterative.
+
+>>> from relaybench.ir import var, Function, Let
+>>> x, y = var("x", shape=()), var("y", shape=())
+>>> e = Let(y, x + x, y * x)
+>>> [v.name_hint for v in free_vars(e)], [v.name_hint for v in bound_vars(e)]
+(['x'], ['y'])
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from .expr import Call, Expr, Function, Let, Match, Op, Var, pattern_vars
+from .functor import post_order
+
+__all__ = ["free_vars", "bound_vars", "all_vars", "count_ops", "op_histogram", "count_nodes"]
+
+
+def _binders(node) -> list:
+    if isinstance(node, Function):
+        return list(node.params)
+    if isinstance(node, Let):
+        return [node.var]
+    if isinstance(node, Match):
+        out = []
+        for c in node.clauses:
+            out.extend(pattern_vars(c.lhs))
+        return out
+    return []
+
+
+def bound_vars(expr: Expr) -> list:
+    """Variables bound inside ``expr`` (parameters, let and pattern variables), in order."""
+    out, seen = [], set()
+    for node in post_order(expr):
+        for v in _binders(node):
+            if v not in seen:
+                seen.add(v)
+                out.append(v)
+    return out
+
+
+def all_vars(expr: Expr) -> list:
+    """Every variable that occurs in ``expr``, bound or free, in post-order."""
+    out, seen = [], set()
+    for node in post_order(expr):
+        for v in ([node] if isinstance(node, Var) else []) + _binders(node):
+            if v not in seen:
+                seen.add(v)
+                out.append(v)
+    return out
+
+
+def free_vars(expr: Expr) -> list:
+    """Variables used in ``expr`` but bound outside it, in order of first use."""
+    bound = set(bound_vars(expr))
+    out, seen = [], set()
+    for node in post_order(expr):
+        if isinstance(node, Var) and node not in bound and node not in seen:
+            seen.add(node)
+            out.append(node)
+    return out
+
+
+def op_histogram(expr) -> Counter:
+    """How many calls of each primitive operator (by name) ``expr`` or a module holds."""
+    from .module import IRModule
+    roots = list(expr.functions.values()) if isinstance(expr, IRModule) else [expr]
+    hist: Counter = Counter()
+    seen = set()
+    for root in roots:
+        for node in post_order(root):
+            if node in seen:
+                continue
+            seen.add(node)
+            if isinstance(node, Call) and isinstance(node.op, Op):
+                hist[node.op.name] += 1
+    return hist
+
+
+def count_ops(expr) -> int:
+    """The number of primitive operator calls."""
+    return sum(op_histogram(expr).values())
+
+
+def count_nodes(expr) -> int:
+    """The number of distinct expression nodes."""
+    from .module import IRModule
+    roots = list(expr.functions.values()) if isinstance(expr, IRModule) else [expr]
+    seen = set()
+    for root in roots:
+        seen.update(post_order(root))
+    return len(seen)

@@ -1,0 +1,189 @@
+"""The Python builder: Relay programs written the way Relay's Python API writes them.
+
+>>> import relaybench as rb
+>>> from relaybench import op
+>>> x = rb.var("x", shape=(1, 3), dtype="float32")
+>>> y = op.nn.relu(x * rb.const(2.0))
+>>> print(rb.Function([x], y).astext(show_types=False))
+fn (%x: Tensor[(1, 3), float32]) {
+  %0 = multiply(%x, 2f);
+  nn.relu(%0)
+}
+
+A :class:`ScopeBuilder` writes let-chains and ifs in statement order:
+
+>>> sb = ScopeBuilder()
+>>> t = sb.let("t", x + x)
+>>> sb.ret(t * t)
+>>> print(rb.Function([x], sb.get()).astext(show_types=False))
+fn (%x: Tensor[(1, 3), float32]) {
+  let %t = add(%x, %x);
+  multiply(%t, %t)
+}
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import numpy as np
+
+from .adt import TypeData, define_adt
+from .expr import (Call, Clause, Constant, Constructor, Expr, Function, GlobalVar, If, Let, Match,
+                   PatternConstructor, PatternTuple, PatternVar, PatternWildcard, RefCreate, RefRead,
+                   RefWrite, Tuple, TupleGetItem, Var)
+from .types import IncompleteType, TensorType, Type, TypeVar
+
+__all__ = ["var", "const", "as_expr", "tuple_", "let", "if_", "ScopeBuilder", "define_adt",
+           "type_var", "tensor_type"]
+
+
+def tensor_type(shape, dtype: str = "float32") -> TensorType:
+    return TensorType(tuple(shape), dtype)
+
+
+def var(name: str, type_annotation: Optional[Type] = None, shape=None, dtype: str = "float32") -> Var:
+    """A new variable ``%name``; give either a type or a ``shape`` (and ``dtype``).
+
+    Shape entries may be ints, names of symbolic dims (``"n"``) or ``None`` for Any.
+    With neither, the variable's type is left to inference.
+    """
+    if type_annotation is not None and shape is not None:
+        raise ValueError("give var() either a type annotation or a shape, not both")
+    if isinstance(type_annotation, str):
+        type_annotation = TensorType((), type_annotation)
+    if shape is not None:
+        type_annotation = TensorType(tuple(shape), dtype)
+    return Var(name, type_annotation)
+
+
+def const(value, dtype: Optional[str] = None) -> Constant:
+    """A constant. Python floats are float32 and ints int32, as in Relay; arrays keep their dtype."""
+    if isinstance(value, Constant):
+        return value
+    if isinstance(value, np.ndarray) or isinstance(value, np.generic):
+        arr = np.asarray(value)
+    elif isinstance(value, bool):
+        arr = np.asarray(value, dtype="bool")
+    elif isinstance(value, int):
+        arr = np.asarray(value, dtype="int32")
+    elif isinstance(value, float):
+        arr = np.asarray(value, dtype="float32")
+    else:
+        arr = np.asarray(value)
+        if arr.dtype == np.float64:
+            arr = arr.astype("float32")
+        elif arr.dtype == np.int64:
+            arr = arr.astype("int32")
+    if dtype is not None:
+        arr = arr.astype(dtype)
+    return Constant(arr)
+
+
+def as_expr(value) -> Expr:
+    """An expression from a Python value: expressions pass, sequences of expressions become a
+    Tuple, numbers and arrays become constants."""
+    if isinstance(value, Expr):
+        return value
+    if isinstance(value, (list, tuple)) and any(isinstance(v, Expr) for v in value):
+        return Tuple([as_expr(v) for v in value])
+    if isinstance(value, (int, float, bool, list, tuple, np.ndarray, np.generic)):
+        return const(value)
+    raise TypeError(f"cannot make an expression from {type(value).__name__} {value!r:.60}")
+
+
+def tuple_(*fields) -> Tuple:
+    return Tuple([as_expr(f) for f in fields])
+
+
+def let(var_: Var, value, body) -> Let:
+    return Let(var_, as_expr(value), as_expr(body))
+
+
+def if_(cond, then, otherwise) -> If:
+    return If(as_expr(cond), as_expr(then), as_expr(otherwise))
+
+
+def type_var(name: str) -> TypeVar:
+    return TypeVar(name)
+
+
+class ScopeBuilder:
+    """Builds nested lets and ifs in statement order (Relay's ``ScopeBuilder``)."""
+
+    def __init__(self):
+        self._frames: list = [[]]  # each frame: list of (var, value) bindings, then a return
+        self._ret: list = [None]
+
+    def let(self, name_or_var, value, type_annotation: Optional[Type] = None) -> Var:
+        v = name_or_var if isinstance(name_or_var, Var) else Var(name_or_var, type_annotation)
+        self._frames[-1].append((v, as_expr(value)))
+        return v
+
+    def ret(self, value) -> None:
+        if self._ret[-1] is not None:
+            raise ValueError("this scope already returned a value")
+        self._ret[-1] = as_expr(value)
+
+    def _close(self) -> Expr:
+        bindings, ret = self._frames.pop(), self._ret.pop()
+        if ret is None:
+            raise ValueError("scope has no return value: call ret()")
+        body = ret
+        for v, value in reversed(bindings):
+            body = Let(v, value, body)
+        return body
+
+    def if_scope(self, cond):
+        return _IfScope(self, as_expr(cond))
+
+    def else_scope(self):
+        pending = getattr(self, "_pending_if", None)
+        if pending is None:
+            raise ValueError("else_scope() must follow an if_scope()")
+        return _ElseScope(self, pending)
+
+    def get(self) -> Expr:
+        if len(self._frames) != 1:
+            raise ValueError("an if/else scope is still open")
+        pending = getattr(self, "_pending_if", None)
+        if pending is not None:
+            raise ValueError("if_scope() without else_scope()")
+        return self._close()
+
+
+class _IfScope:
+    def __init__(self, sb: ScopeBuilder, cond: Expr):
+        self.sb, self.cond = sb, cond
+
+    def __enter__(self):
+        self.sb._frames.append([])
+        self.sb._ret.append(None)
+
+    def __exit__(self, *exc):
+        if exc[0] is None:
+            self.sb._pending_if = (self.cond, self.sb._close())
+        return False
+
+
+class _ElseScope:
+    def __init__(self, sb: ScopeBuilder, pending):
+        self.sb, self.pending = sb, pending
+
+    def __enter__(self):
+        self.sb._frames.append([])
+        self.sb._ret.append(None)
+
+    def __exit__(self, *exc):
+        if exc[0] is None:
+            cond, then = self.pending
+            otherwise = self.sb._close()
+            self.sb._pending_if = None
+            self.sb.ret(If(cond, then, otherwise))
+        return False
+
+
+# re-exports so `from relaybench.ir.builder import *` gives the whole vocabulary
+_ = (Call, Clause, Constructor, Function, GlobalVar, Match, PatternConstructor, PatternTuple,
+     PatternVar, PatternWildcard, RefCreate, RefRead, RefWrite, TupleGetItem, IncompleteType,
+     TypeData, Sequence)

@@ -1,0 +1,280 @@
+"""Relay's types.
+
+Type nodes are immutable. Structural types (:class:`TensorType`, :class:`TupleType`,
+:class:`FuncType`, :class:`TypeCall`, :class:`RefType`) compare with ``==`` by their fields;
+binders and holes (:class:`TypeVar`, :class:`GlobalTypeVar`, :class:`IncompleteType`) compare by
+identity, like variables. Alpha-equivalence (two functions differing only in the names of their
+type parameters) is :func:`relaybench.ir.structural_equal`'s job.
+
+>>> t = TensorType((1, "n", None), "float32")
+>>> t
+Tensor[(1, n, ?), float32]
+>>> t.shape[1] + t.shape[1]
+2*n
+>>> TupleType([t, scalar_type("bool")])
+(Tensor[(1, n, ?), float32], bool)
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any as _AnyT, Callable, Optional
+
+from .symbolic import ANY, AnyDim, SymExpr, SymVar, as_dim, format_dim
+
+__all__ = [
+    "Type", "TensorType", "TupleType", "FuncType", "TypeVar", "GlobalTypeVar", "IncompleteType",
+    "TypeConstraint", "TypeRelation", "TypeCall", "RefType", "TypeKind", "scalar_type",
+    "unit_type", "DTYPES", "check_dtype", "type_str",
+]
+
+
+DTYPES = frozenset({
+    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "float16", "bfloat16", "float32", "float64",
+})
+
+
+def check_dtype(dtype) -> str:
+    """Normalize a dtype (a string or a numpy dtype) to Relay's name, or raise ValueError."""
+    if not isinstance(dtype, str):
+        import numpy as np
+        try:
+            dtype = np.dtype(dtype).name
+        except TypeError as err:
+            raise ValueError(f"not a dtype: {dtype!r}") from err
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; expected one of {', '.join(sorted(DTYPES))}")
+    return dtype
+
+
+class TypeKind(enum.Enum):
+    Type = 0
+    ShapeVar = 1
+    BaseType = 2
+    Constraint = 4
+    AdtHandle = 5
+    TypeData = 6
+
+
+class Type:
+    """Base of every type. ``str(t)`` is its Relay text."""
+
+    __slots__ = ()
+
+    def __str__(self) -> str:
+        return type_str(self)
+
+    def __repr__(self) -> str:
+        return type_str(self)
+
+    def _repr_html_(self) -> str:
+        import html
+        return f"<code>{html.escape(type_str(self))}</code>"
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class TensorType(Type):
+    """``Tensor[(d0, d1, ...), dtype]``; each dim an int, a symbolic expression or ``ANY``.
+
+    ``shape`` may be given with names (``"n"``) and ``None``/``"?"`` for Any.
+    """
+
+    shape: tuple
+    dtype: str = "float32"
+
+    def __post_init__(self):
+        object.__setattr__(self, "shape", tuple(as_dim(d) for d in self.shape))
+        object.__setattr__(self, "dtype", check_dtype(self.dtype))
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def is_static(self) -> bool:
+        return all(isinstance(d, int) for d in self.shape)
+
+    @property
+    def concrete_shape(self) -> tuple:
+        """The shape as ints; raises ValueError if a dim is symbolic or Any."""
+        if not self.is_static:
+            raise ValueError(f"{self} has a symbolic or dynamic shape")
+        return self.shape
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class TupleType(Type):
+    """``(T0, T1, ...)``; the empty tuple type ``()`` is the unit type."""
+
+    fields: tuple
+
+    def __post_init__(self):
+        object.__setattr__(self, "fields", tuple(self.fields))
+        for f in self.fields:
+            if not isinstance(f, Type):
+                raise TypeError(f"TupleType field is not a type: {f!r}")
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class TypeVar(Type):
+    """A type parameter, bound by a function's or an ADT's type params. Compares by identity."""
+
+    name_hint: str
+    kind: TypeKind = TypeKind.Type
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class GlobalTypeVar(Type):
+    """The handle of an ADT (``List``), bound in a module's type definitions. Compares by identity."""
+
+    name_hint: str
+    kind: TypeKind = TypeKind.AdtHandle
+
+
+_incomplete_counter = [0]
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class IncompleteType(Type):
+    """A hole to be filled by type inference; printed ``_``. Compares by identity."""
+
+    kind: TypeKind = TypeKind.Type
+
+
+class TypeConstraint(Type):
+    __slots__ = ()
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class TypeRelation(TypeConstraint):
+    """A relation ``func(types, num_inputs, attrs, reporter)`` over ``args`` (inputs then outputs).
+
+    This is how an operator's type is stated: ``fn<T0..Tn>(T0..Tn-1) -> Tn where Rel(T0..Tn)``.
+    """
+
+    func: Callable
+    args: tuple
+    num_inputs: int
+    attrs: _AnyT = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "args", tuple(self.args))
+
+    @property
+    def name(self) -> str:
+        return getattr(self.func, "relation_name", getattr(self.func, "__name__", "Rel"))
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class FuncType(Type):
+    """``fn<type_params>(arg_types) -> ret_type where type_constraints``."""
+
+    arg_types: tuple
+    ret_type: Type
+    type_params: tuple = ()
+    type_constraints: tuple = ()
+
+    def __post_init__(self):
+        object.__setattr__(self, "arg_types", tuple(self.arg_types))
+        object.__setattr__(self, "type_params", tuple(self.type_params))
+        object.__setattr__(self, "type_constraints", tuple(self.type_constraints))
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class TypeCall(Type):
+    """An ADT applied to type arguments: ``List[Tensor[(), int32]]``."""
+
+    func: Type
+    args: tuple = ()
+
+    def __post_init__(self):
+        object.__setattr__(self, "args", tuple(self.args))
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class RefType(Type):
+    """``Ref[T]``, the type of a mutable cell."""
+
+    value: Type
+
+
+def scalar_type(dtype: str) -> TensorType:
+    """The rank-0 tensor type of a dtype, printed as the bare dtype (``float32``)."""
+    return TensorType((), dtype)
+
+
+def unit_type() -> TupleType:
+    return TupleType(())
+
+
+# ---------------------------------------------------------------------------------------------
+# Printing types. Iterative, so a deeply nested type cannot overflow the stack.
+
+def _type_children(t: Type) -> list:
+    if isinstance(t, TupleType):
+        return list(t.fields)
+    if isinstance(t, FuncType):
+        return list(t.arg_types) + [t.ret_type] + list(t.type_constraints)
+    if isinstance(t, TypeCall):
+        return [t.func] + list(t.args)
+    if isinstance(t, RefType):
+        return [t.value]
+    if isinstance(t, TypeRelation):
+        return list(t.args)
+    return []
+
+
+def type_str(t: Type, names: Optional[dict] = None) -> str:
+    """Relay text of a type. ``names`` maps TypeVars/GlobalTypeVars to the names to print."""
+    names = names or {}
+    memo: dict = {}
+    stack = [(t, False)]
+    while stack:
+        node, ready = stack.pop()
+        if id(node) in memo:
+            continue
+        kids = _type_children(node)
+        if not ready:
+            stack.append((node, True))
+            for k in kids:
+                if id(k) not in memo:
+                    stack.append((k, False))
+            continue
+        s = [memo[id(k)] for k in kids]
+        if isinstance(node, TensorType):
+            if node.shape == ():
+                text = node.dtype
+            else:
+                dims = ", ".join(format_dim(d) for d in node.shape)
+                text = f"Tensor[({dims}), {node.dtype}]"
+        elif isinstance(node, TupleType):
+            text = "(" + ", ".join(s) + ("," if len(s) == 1 else "") + ")"
+        elif isinstance(node, FuncType):
+            n = len(node.arg_types)
+            tp = ""
+            if node.type_params:
+                tp = "[" + ", ".join(names.get(v, v.name_hint) for v in node.type_params) + "]"
+            text = f"fn{tp}(" + ", ".join(s[:n]) + f") -> {s[n]}"
+            if node.type_constraints:
+                text += " where " + ", ".join(s[n + 1:])
+        elif isinstance(node, TypeCall):
+            text = s[0] + ("[" + ", ".join(s[1:]) + "]" if len(s) > 1 else "")
+        elif isinstance(node, RefType):
+            text = f"Ref[{s[0]}]"
+        elif isinstance(node, (TypeVar, GlobalTypeVar)):
+            text = names.get(node, node.name_hint)
+        elif isinstance(node, IncompleteType):
+            text = "_"
+        elif isinstance(node, TypeRelation):
+            text = f"{node.name}(" + ", ".join(s) + ")"
+        else:
+            text = f"<{type(node).__name__}>"
+        memo[id(node)] = text
+    return memo[id(t)]
+
+
+# Re-exported for convenience: the dimension kinds a TensorType may hold.
+Dim = (int, SymVar, SymExpr, AnyDim)
+_ = ANY
