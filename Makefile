@@ -7,6 +7,8 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.stamp
 EXTRAS := test,lab
+# Extra flags for `make lab`; jupyter refuses to run as root without --allow-root (containers).
+LAB_FLAGS ?= $(if $(filter 0,$(shell id -u)),--allow-root)
 
 .PHONY: venv lab test bench-scale clean distclean
 
@@ -19,7 +21,7 @@ $(STAMP): pyproject.toml
 	@touch $@
 
 lab: venv
-	$(VENV)/bin/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.root_dir=notebooks --no-browser
+	$(VENV)/bin/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.root_dir=notebooks --no-browser $(LAB_FLAGS)
 
 # Both steps always run; the target fails if either fails. The notebook step
 # runs in its own pytest call (no xdist) and accepts exit status 5 (no notebooks

@@ -22,6 +22,7 @@ _LAZY = {
     "passes": ("relaybench.passes", None),
     "config": ("relaybench.config", None),
     "ir": ("relaybench.ir", None),
+    "create_executor": ("relaybench.backends.executor", "create_executor"),
     "parse": ("relaybench.ir.parser", "parse"),
     "structural_equal": ("relaybench.ir.structural", "structural_equal"),
     "structural_hash": ("relaybench.ir.structural", "structural_hash"),

@@ -126,9 +126,9 @@ class ScopeBuilder:
         self._ret[-1] = as_expr(value)
 
     def _close(self) -> Expr:
-        bindings, ret = self._frames.pop(), self._ret.pop()
-        if ret is None:
+        if self._ret[-1] is None:  # checked before popping, so the builder stays usable
             raise ValueError("scope has no return value: call ret()")
+        bindings, ret = self._frames.pop(), self._ret.pop()
         body = ret
         for v, value in reversed(bindings):
             body = Let(v, value, body)

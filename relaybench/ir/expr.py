@@ -105,8 +105,19 @@ class Expr:
 
 
 def _binary(name: str, *args) -> "Call":
-    from .builder import as_expr
-    return Call(Op.get(name), [as_expr(a) for a in args])
+    """Operator sugar: a Python number next to a typed tensor takes that tensor's dtype."""
+    from .builder import as_expr, const
+    dtype = None
+    for a in args:
+        if isinstance(a, Expr):
+            t = a.type_or_none or (a.type_annotation if isinstance(a, Var) else None)
+            if isinstance(t, TensorType):
+                dtype = t.dtype
+            elif isinstance(a, Constant):
+                dtype = a.data.dtype.name
+    exprs = [const(a, dtype) if dtype is not None and isinstance(a, (int, float)) and not isinstance(a, Expr)
+             else as_expr(a) for a in args]
+    return Call(Op.get(name), exprs)
 
 
 def _exprs(values, what: str) -> tuple:
@@ -243,8 +254,10 @@ class Call(_NodeRepr, Expr):
             attrs = EMPTY_ATTRS
         elif not isinstance(attrs, Attrs):
             attrs = Attrs(attrs)
-        if isinstance(self.op, Op) and self.op.opdef is not None:
-            attrs = self.op.opdef.make_attrs(attrs)
+        if isinstance(self.op, Op):
+            opdef = self.op.opdef
+            if opdef is not None:
+                attrs = opdef.make_attrs(attrs)
         object.__setattr__(self, "attrs", attrs)
         object.__setattr__(self, "type_args", tuple(self.type_args))
 
@@ -351,7 +364,7 @@ class Match(_NodeRepr, Expr):
 
 @_node
 class Constructor(_NodeRepr, Expr):
-    """A constructor of an ADT: ``Cons``. Its type is ``fn[A](A, List[A]) -> List[A]``."""
+    """A constructor of an ADT: ``Cons``. Its type is ``fn [A](A, List[A]) -> List[A]``."""
 
     name_hint: str
     inputs: tuple
@@ -391,11 +404,12 @@ class RefWrite(_NodeRepr, Expr):
 class Op(_NodeRepr, Expr):
     """A primitive operator, one per name (``Op.get("nn.conv2d")``); its definition is ``opdef``."""
 
-    __slots__ = ("name",)
+    __slots__ = ("name", "_opdef")
     _table: dict = {}
 
     def __init__(self, name: str):
         object.__setattr__(self, "name", name)
+        object.__setattr__(self, "_opdef", None)
 
     def __setattr__(self, key, value):
         raise AttributeError("Op is immutable")
@@ -412,8 +426,12 @@ class Op(_NodeRepr, Expr):
 
     @property
     def opdef(self):
-        from ..op.registry import lookup_opdef
-        return lookup_opdef(self.name)
+        d = self._opdef
+        if d is None:
+            from ..op.registry import lookup_opdef
+            d = lookup_opdef(self.name)
+            object.__setattr__(self, "_opdef", d)
+        return d
 
     def __call__(self, *args, **attrs) -> "Call":
         from .builder import as_expr

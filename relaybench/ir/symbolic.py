@@ -47,6 +47,16 @@ class AnyDim:
     def __reduce__(self):
         return (AnyDim, ())
 
+    # arithmetic with an unknown extent gives an unknown extent
+    def __add__(self, other): return add(self, other)
+    def __radd__(self, other): return add(other, self)
+    def __sub__(self, other): return sub(self, other)
+    def __rsub__(self, other): return sub(other, self)
+    def __mul__(self, other): return mul(self, other)
+    def __rmul__(self, other): return mul(other, self)
+    def __floordiv__(self, other): return floordiv(self, other)
+    def __mod__(self, other): return mod(self, other)
+
 
 ANY = AnyDim()
 
@@ -112,6 +122,9 @@ class _Atom:
 
     def __hash__(self) -> int:
         return hash(self._key)
+
+    def __reduce__(self):
+        return (_Atom, (self.kind, self.expr, self.divisor))
 
     def __repr__(self) -> str:
         inner = _format(self.expr)
@@ -274,11 +287,14 @@ def floordiv(a, b):
     poly = _to_poly(a)
     if all(c % b == 0 for c in poly.values()):
         return _from_poly({m: c // b for m, c in poly.items()})
-    # split off the part that divides exactly when the remainder is a non-negative constant < b
+    # (b*k + c) // b == k + c // b for any integer constant c
     const = poly.get((), 0)
     rest = {m: c for m, c in poly.items() if m != ()}
-    if all(c % b == 0 for c in rest.values()) and 0 <= const < b:
-        return _from_poly({m: c // b for m, c in rest.items()})
+    if all(c % b == 0 for c in rest.values()):
+        out = {m: c // b for m, c in rest.items()}
+        if const // b:
+            out[()] = const // b
+        return _from_poly(out)
     return _from_poly({((_Atom("floordiv", _from_poly(poly), b), 1),): 1})
 
 

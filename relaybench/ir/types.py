@@ -256,7 +256,7 @@ def type_str(t: Type, names: Optional[dict] = None) -> str:
             tp = ""
             if node.type_params:
                 tp = "[" + ", ".join(names.get(v, v.name_hint) for v in node.type_params) + "]"
-            text = f"fn{tp}(" + ", ".join(s[:n]) + f") -> {s[n]}"
+            text = f"fn {tp}(" + ", ".join(s[:n]) + f") -> {s[n]}"
             if node.type_constraints:
                 text += " where " + ", ".join(s[n + 1:])
         elif isinstance(node, TypeCall):
