@@ -201,6 +201,17 @@ class IRModule:
         from .parser import parse
         return parse(text, source_name)
 
+    def import_prelude(self) -> "IRModule":
+        """Add the prelude (List, Option, Tree, nat and map, foldl, foldr, ...) to this module.
+
+        The prelude is Relay text shipped in ``relaybench/ir/std/prelude.rly``; importing it twice
+        is harmless. Returns the module, so ``IRModule().import_prelude()`` reads well.
+        """
+        if "List" in self._type_vars and "map" in self._global_vars:
+            return self
+        self.update(prelude_module())
+        return self
+
     # ---- printing ------------------------------------------------------------------------
     def astext(self, show_types: bool = True, show_meta_data: bool = True) -> str:
         from .printer import astext
@@ -217,3 +228,16 @@ class IRModule:
     def _repr_html_(self) -> str:
         import html
         return f"<pre>{html.escape(self.astext())}</pre>"
+
+
+_PRELUDE: list = []
+
+
+def prelude_module() -> IRModule:
+    """The parsed prelude (parsed once per process; the module returned is a fresh copy)."""
+    if not _PRELUDE:
+        from importlib import resources
+        from .parser import parse
+        text = (resources.files("relaybench.ir") / "std" / "prelude.rly").read_text()
+        _PRELUDE.append(parse(text, "prelude.rly"))
+    return _PRELUDE[0].copy()

@@ -1,0 +1,10 @@
+"""The paper's workloads, built with the builder and seeded random weights.
+
+``relaybench.models.NAME(batch_size=1, ...)`` and ``relaybench.models.get(NAME)`` both return
+``(mod, params)``: a module whose ``@main`` takes the input(s) then the weights, and a dict from
+weight name to numpy array.
+"""
+
+from ._registry import get, list_models, register_model  # noqa: F401
+from .vision import *  # noqa: F401,F403
+from .nlp import *  # noqa: F401,F403

@@ -1,0 +1,3 @@
+"""NLP workloads: RNN, GRU, LSTM, CharRNN, TreeLSTM."""
+
+__all__: list = []
