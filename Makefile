@@ -28,7 +28,7 @@ lab: venv
 # collected); the unit-test step does not.
 test: venv
 	@status=0; \
-	$(PY) -m pytest -q -n 2 tests || status=1; \
+	$(PY) -m pytest -q -n 2 tests && $(PY) -m pytest -q --doctest-modules relaybench || status=1; \
 	rc=0; \
 	$(PY) -m pytest -q --nbval-lax --nbval-current-env \
 	    --nbval-sanitize-with notebooks/sanitize.cfg notebooks/ || rc=$$?; \

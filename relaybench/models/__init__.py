@@ -5,6 +5,6 @@
 weight name to numpy array.
 """
 
-from ._registry import get, list_models, register_model  # noqa: F401
+from ._registry import ModelSummary, Table, get, list_models, register_model, summary  # noqa: F401
 from .vision import *  # noqa: F401,F403
 from .nlp import *  # noqa: F401,F403

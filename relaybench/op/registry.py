@@ -169,3 +169,15 @@ def list_ops() -> list:
     """Every registered operator's name, sorted."""
     _ensure_loaded()
     return sorted(_REGISTRY)
+
+
+def table(names=None):
+    """Every operator (or ``names``) with its inputs, pattern kind and attributes, as a Table."""
+    from ..viz.table import Table
+    _ensure_loaded()
+    rows = []
+    for name in names or sorted(_REGISTRY):
+        d = _REGISTRY[name]
+        rows.append({"op": name, "inputs": ", ".join(d.inputs) + (", ..." if d.variadic else ""),
+                     "pattern": d.pattern.name, "attrs": ", ".join(d.attrs)})
+    return Table(rows)

@@ -1,0 +1,237 @@
+"""Image operators (``image.*``): ``image.resize2d``.
+
+>>> import relaybench as rb
+>>> from relaybench.ir.type_infer import infer_expr
+>>> x = rb.var("x", shape=("n", 3, 32, 32))
+>>> infer_expr(resize2d(x, size=(64, 48), method="nearest_neighbor"))
+Tensor[(n, 3, 64, 48), float32]
+>>> infer_expr(resize2d(rb.var("y", shape=(1, 32, 32, 3), dtype="uint8"), size=(8, 8), layout="NHWC",
+...                     out_dtype="float32"))
+Tensor[(1, 8, 8, 3), float32]
+
+The numpy reference follows TVM's kernel (``topi.image.resize2d``) step by step: an output pixel
+``x`` maps to the input coordinate given by ``coordinate_transformation_mode``
+
+* ``half_pixel``: ``(x + 0.5) * in / out - 0.5``
+* ``align_corners``: ``x * (in - 1) / (out - 1)`` (0 when ``out == 1``)
+* ``asymmetric``: ``x * in / out``
+* ``pytorch_half_pixel``: like ``half_pixel``, but 0 when ``out == 1``
+* ``tf_half_pixel_for_nn``: ``(x + 0.5) * in / out``
+* ``tf_crop_and_resize``: ``roi`` start plus ``x`` steps across the roi (pixels outside the input
+  become ``extrapolation_value``),
+
+computed in float32 as TVM does. ``nearest_neighbor`` then rounds the coordinate
+(``rounding_method``; by default ``round``, halves away from zero, for ``align_corners`` and
+``floor`` otherwise, the floor and ceil nudged by 1e-5 as in TVM) and clamps it into the image;
+``linear`` interpolates the two neighbours along each axis (width first, then height) with
+``a * (1 - t) + b * t``, neighbours clamped into the image; ``cubic`` uses the four neighbours
+and the cubic convolution weights of ``cubic_alpha`` (``cubic_exclude=1`` zeroes the weights of
+neighbours outside the image and renormalizes). Pixel values are computed in float32 (float64
+for float64 data, where TVM would use float32) and cast to ``out_dtype``, truncating toward zero
+for integer types.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.layout import Layout
+from ..ir.types import TensorType, check_dtype
+from ._rel import as_int, fail, int_tuple, known, relation, tensor
+from .registry import OpDef, OpPattern, register
+
+__all__ = ["resize2d"]
+
+_METHODS = ("nearest_neighbor", "linear", "cubic")
+_COORDINATE_MODES = ("half_pixel", "align_corners", "asymmetric", "pytorch_half_pixel",
+                     "tf_half_pixel_for_nn", "tf_crop_and_resize")
+_ROUNDING = ("", "round", "round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+
+
+def _number(value, name: str) -> float:
+    if isinstance(value, str):          # the text format writes non-finite floats as strings
+        try:
+            return float(value)
+        except ValueError:
+            raise ValueError(f"{name} must be a number, got {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    return float(value)
+
+
+def _choice(value, name: str, options) -> str:
+    if value not in options:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, options))}, got {value!r}")
+    return value
+
+
+def _normalize_resize2d(a: dict) -> dict:
+    if a["size"] is not None:
+        a["size"] = int_tuple(a["size"], (2,), "size", minimum=1)
+    roi = (0.0,) * 4 if a["roi"] is None else a["roi"]
+    if not isinstance(roi, (list, tuple)) or len(roi) != 4:
+        raise ValueError(f"roi must have 4 values (start_h, start_w, end_h, end_w), got {roi!r}")
+    a["roi"] = tuple(_number(v, "roi") for v in roi)
+    if not isinstance(a["layout"], str):
+        raise ValueError(f"layout must be a layout string, got {a['layout']!r}")
+    layout = Layout(a["layout"])
+    if sorted(layout.primal) != sorted("NCHW"):
+        raise ValueError(f"layout={a['layout']!r} must have the axes N, C, H, W")
+    if layout.factor_of("H") or layout.factor_of("W"):
+        raise ValueError(f"layout={a['layout']!r} splits H or W; only C (and N) may be blocked")
+    a["method"] = _choice(a["method"], "method", _METHODS)
+    a["coordinate_transformation_mode"] = _choice(
+        a["coordinate_transformation_mode"], "coordinate_transformation_mode", _COORDINATE_MODES)
+    a["rounding_method"] = _choice(a["rounding_method"], "rounding_method", _ROUNDING)
+    a["cubic_alpha"] = _number(a["cubic_alpha"], "cubic_alpha")
+    a["cubic_exclude"] = as_int(a["cubic_exclude"], "cubic_exclude", minimum=0)
+    if a["cubic_exclude"] > 1:
+        raise ValueError(f"cubic_exclude must be 0 or 1, got {a['cubic_exclude']}")
+    a["extrapolation_value"] = _number(a["extrapolation_value"], "extrapolation_value")
+    a["out_dtype"] = "" if a["out_dtype"] in ("", None) else check_dtype(a["out_dtype"])
+    return a
+
+
+@relation("Resize2DRel")
+def resize2d_rel(types, attrs):
+    """``Resize2DRel``: data's shape with H and W replaced by ``size``; dtype ``out_dtype`` (or
+    the data's)."""
+    (data,) = types
+    if not known(data):
+        return None
+    data = tensor(data, "data")
+    if attrs.size is None:
+        fail("size (the output height and width) is not given")
+    layout = Layout(attrs.layout)
+    try:
+        extents = layout.primal_extents(data.shape)
+    except ValueError as err:
+        fail(f"data {data} does not fit layout {attrs.layout}: {err}")
+    extents["H"], extents["W"] = attrs.size
+    return TensorType(layout.shape_from_extents(extents), attrs.out_dtype or data.dtype)
+
+
+# ---- the numpy reference -----------------------------------------------------------------------
+
+def _source_coords(out_size: int, in_size: int, mode: str, start: float, end: float):
+    """The input coordinate of every output position along one axis, in float32 (TVM's order of
+    operations)."""
+    f = np.float32
+    x = np.arange(out_size, dtype=f)
+    n_in, n_out = f(in_size), f(out_size)
+    scale = n_in / n_out
+    if mode in ("half_pixel", "pytorch_half_pixel"):
+        c = (x + f(0.5)) * scale - f(0.5)
+        if mode == "pytorch_half_pixel" and out_size == 1:
+            c = np.zeros_like(x)
+    elif mode == "align_corners":
+        c = (n_in - f(1)) / f(out_size - 1) * x if out_size > 1 else np.zeros_like(x)
+    elif mode == "asymmetric":
+        c = scale * x
+    elif mode == "tf_half_pixel_for_nn":
+        c = (x + f(0.5)) * scale
+    else:  # tf_crop_and_resize
+        s, e = f(start), f(end)
+        if out_size > 1:
+            c = s * (n_in - f(1)) + x * (e - s) * (n_in - f(1)) / f(out_size - 1)
+        else:
+            c = np.full_like(x, f(0.5) * (s + e) * (n_in - f(1)))
+    return c.astype(f)
+
+
+def _round_nearest(c, method: str):
+    f = np.float32
+    if method == "round":                       # llvm.round: halves away from zero
+        r = np.sign(c) * np.floor(np.abs(c) + f(0.5))
+    elif method == "round_prefer_floor":
+        r = np.ceil(c - f(0.5))
+    elif method == "round_prefer_ceil":
+        r = np.floor(c + f(0.5))
+    elif method == "floor":
+        r = np.floor(c + f(1e-5))
+    else:  # ceil
+        r = np.ceil(c - f(1e-5))
+    return r.astype(np.int64)
+
+
+def _cubic_weights(t, alpha):
+    t2, t3 = t * t, t * t * t
+    return [alpha * (t3 - 2 * t2 + t),
+            (alpha + 2) * t3 - (3 + alpha) * t2 + 1,
+            -(alpha + 2) * t3 + (3 + 2 * alpha) * t2 - alpha * t,
+            -alpha * t3 + alpha * t2]
+
+
+def _taps(c, extent: int, count: int, calc, alpha=None, exclude=0):
+    """Clamped neighbour indices and their weights along one axis (``count`` 2: linear, 4: cubic)."""
+    base = np.floor(c).astype(np.int64)
+    t = (c - np.floor(c)).astype(calc)
+    if count == 2:
+        weights = [calc(1) - t, t]
+        first = base
+    else:
+        weights = _cubic_weights(t, calc(alpha))
+        first = base - 1
+        if exclude:
+            weights = [np.where((first + i < 0) | (first + i >= extent), calc(0), w)
+                       for i, w in enumerate(weights)]
+            total = weights[0] + weights[1] + weights[2] + weights[3]
+            weights = [w / total for w in weights]
+    index = [np.clip(first + i, 0, extent - 1) for i in range(count)]
+    return index, weights
+
+
+def _resize_nchw(x, attrs):
+    out_h, out_w = attrs.size
+    _, _, h, w = x.shape
+    mode = attrs.coordinate_transformation_mode
+    roi = attrs.roi
+    calc = np.float64 if x.dtype == np.float64 else np.float32
+    data = x.astype(calc)
+    cy = _source_coords(out_h, h, mode, roi[0], roi[2])
+    cx = _source_coords(out_w, w, mode, roi[1], roi[3])
+    if attrs.method == "nearest_neighbor":
+        rounding = attrs.rounding_method or ("round" if mode == "align_corners" else "floor")
+        iy = np.clip(_round_nearest(cy, rounding), 0, h - 1)
+        ix = np.clip(_round_nearest(cx, rounding), 0, w - 1)
+        out = data[:, :, iy[:, None], ix[None, :]]
+    else:
+        count = 2 if attrs.method == "linear" else 4
+        ys, wy = _taps(cy, h, count, calc, attrs.cubic_alpha, attrs.cubic_exclude)
+        xs, wx = _taps(cx, w, count, calc, attrs.cubic_alpha, attrs.cubic_exclude)
+        out = None
+        for yi, wyi in zip(ys, wy):
+            rows = data[:, :, yi, :]
+            col = None
+            for xi, wxi in zip(xs, wx):
+                term = rows[:, :, :, xi] * wxi
+                col = term if col is None else col + term
+            term = col * wyi[:, None]
+            out = term if out is None else out + term
+    if mode == "tf_crop_and_resize":
+        outside = ((cy < 0) | (cy > h - 1))[:, None] | ((cx < 0) | (cx > w - 1))[None, :]
+        out = np.where(outside, calc(attrs.extrapolation_value), out)
+    return out.astype(attrs.out_dtype or x.dtype)
+
+
+def _resize2d_ref(x, attrs):
+    layout = Layout(attrs.layout)
+    out = _resize_nchw(layout.transform_array(x, "NCHW"), attrs)
+    return np.ascontiguousarray(Layout("NCHW").transform_array(out, layout))
+
+
+resize2d = register(OpDef(
+    "image.resize2d", ("data",), resize2d_rel, OpPattern.INJECTIVE,
+    attrs={"size": None, "roi": None, "layout": "NCHW", "method": "linear",
+           "coordinate_transformation_mode": "half_pixel", "rounding_method": "",
+           "cubic_alpha": -0.5, "cubic_exclude": 0, "extrapolation_value": 0.0, "out_dtype": ""},
+    normalize=_normalize_resize2d, reference=_resize2d_ref, support_level=5,
+    doc="Resize the H and W axes of an image batch to ``size`` (any layout over N, C, H, W with "
+        "only C or N blocked: NCHW, NHWC, NCHW16c). ``method`` is ``nearest_neighbor``, "
+        "``linear`` or ``cubic``; ``coordinate_transformation_mode`` maps output pixels to input "
+        "coordinates (``half_pixel``, ``align_corners``, ``asymmetric``, ``pytorch_half_pixel``, "
+        "``tf_half_pixel_for_nn``, ``tf_crop_and_resize`` with ``roi`` = (start_h, start_w, "
+        "end_h, end_w) as fractions and ``extrapolation_value`` outside); ``rounding_method`` "
+        "picks the nearest pixel (``round``, ``round_prefer_floor``, ``round_prefer_ceil``, "
+        "``floor``, ``ceil``; empty: ``round`` for align_corners, else ``floor``). See the module "
+        "docstring for the formulas."))
