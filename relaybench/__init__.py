@@ -21,6 +21,8 @@ _LAZY = {
     "op": ("relaybench.op", None),
     "passes": ("relaybench.passes", None),
     "config": ("relaybench.config", None),
+    "PassContext": ("relaybench.passes.infra", "PassContext"),
+    "models": ("relaybench.models", None),
     "ir": ("relaybench.ir", None),
     "create_executor": ("relaybench.backends.executor", "create_executor"),
     "parse": ("relaybench.ir.parser", "parse"),

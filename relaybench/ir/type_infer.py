@@ -1,6 +1,6 @@
 """Type inference: Hindley–Milner unification plus Relay's type-relation solver.
 
-:class:`InferType` types every global function of a module; :func:`infer_expr` types a lone
+:func:`infer_module` (the ``InferType`` pass) types every global function of a module; :func:`infer_expr` types a lone
 expression. Afterwards every node (variables, parameters, let and pattern variables, globals and
 operators included) carries its type in ``node.checked_type``.
 
@@ -8,7 +8,7 @@ operators included) carries its type in ``node.checked_type``.
 >>> from relaybench import op
 >>> x = rb.var("x", shape=("n", 3))
 >>> y = op.concatenate(rb.Tuple([x, x]), axis=0)
->>> mod = InferType()(rb.IRModule.from_expr(rb.Function([x], op.nn.relu(y))))
+>>> mod = infer_module(rb.IRModule.from_expr(rb.Function([x], op.nn.relu(y))))
 >>> mod["main"].checked_type
 fn (Tensor[(n, 3), float32]) -> Tensor[(2*n, 3), float32]
 
@@ -58,7 +58,7 @@ from .type_solver import (DimHole, TypeSolver, UnifyError, contains_dim_holes, c
 from .types import (FuncType, IncompleteType, RefType, TensorType, TupleType, Type, TypeCall,
                     TypeRelation, TypeVar, type_str)
 
-__all__ = ["InferType", "infer_expr", "infer_module"]
+__all__ = ["infer_expr", "infer_module"]
 
 
 _BOOL = TensorType((), "bool")
@@ -721,30 +721,3 @@ def infer_expr(expr: Expr, mod=None) -> Type:
     inf.solve()
     inf.resolve_all()
     return expr.checked_type
-
-
-class InferType:
-    """The InferType pass: ``InferType()(mod)`` returns a new IRModule whose nodes are all typed.
-
-    The new module holds the same function objects (expressions are immutable; inference only
-    records ``checked_type`` on them).
-
-    >>> import relaybench as rb
-    >>> x = rb.var("x", shape=(1, 3))
-    >>> mod = InferType()(rb.IRModule.from_expr(rb.Function([x], x + x)))
-    >>> mod["main"].body.checked_type
-    Tensor[(1, 3), float32]
-    """
-
-    name = "InferType"
-    opt_level = 0
-
-    def __call__(self, mod):
-        from .module import IRModule
-        if not isinstance(mod, IRModule):
-            raise TypeError(f"InferType runs on an IRModule, not {type(mod).__name__}; "
-                            f"use relaybench.ir.type_infer.infer_expr for an expression")
-        return infer_module(mod)
-
-    def __repr__(self) -> str:
-        return "InferType()"

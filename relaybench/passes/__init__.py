@@ -1,4 +1,4 @@
-"""Passes: each takes an IRModule and returns a new one.
+"""Passes: each takes an IRModule and returns a new one, typed.
 
 >>> import relaybench as rb
 >>> x = rb.var("x", shape=(2, 2))
@@ -6,30 +6,60 @@
 >>> mod["main"].checked_type
 fn (Tensor[(2, 2), float32]) -> Tensor[(2, 2), float32]
 
-Each pass is listed once in ``_PASSES`` (its public name -> the module and attribute that define
-it) and loaded on first use, so importing ``relaybench.passes`` stays cheap. Adding a pass is one
-line there.
+Every pass lives in its own file of this package, named after it (``fold_constant.py`` defines
+``FoldConstant``), and registers itself with a decorator from :mod:`relaybench.passes.infra`;
+``relaybench.passes.NAME`` finds it by its Relay name. ``list_passes()`` lists them all with their
+opt_level and a line of doc.
 """
 
 from __future__ import annotations
 
 import importlib
+import pkgutil
 
-_PASSES = {
-    "InferType": ("relaybench.ir.type_infer", "InferType"),
+from .infra import (FunctionPass, ModulePass, Pass, PassContext, PassInfo, PassInstrument, Sequential,  # noqa: F401
+                    function_pass, get_pass, list_passes, module_pass, parse_pipeline, register_pass)
+
+# modules of this package that hold infrastructure, not passes
+_NOT_PASSES = {"infra", "instruments", "pipelines", "pattern", "dataflow_pattern", "well_formed"}
+
+# public names defined by infrastructure modules, loaded on first use
+_LAZY = {
+    "PassTimer": "instruments", "Snapshots": "instruments", "PrintIR": "instruments",
+    "VerifyEach": "instruments", "default_pipeline": "pipelines",
 }
 
-__all__ = sorted(_PASSES)
+_loaded = False
+
+
+def _load_all_passes() -> None:
+    """Import every pass module once (each registers its passes)."""
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    for info in pkgutil.iter_modules(__path__):
+        if info.name.startswith("_") or info.name in _NOT_PASSES:
+            continue
+        importlib.import_module(f"{__name__}.{info.name}")
 
 
 def __getattr__(name):
-    entry = _PASSES.get(name)
-    if entry is None:
-        raise AttributeError(f"module 'relaybench.passes' has no attribute {name!r}")
-    value = getattr(importlib.import_module(entry[0]), entry[1])
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    else:
+        from . import infra
+        if name not in infra._REGISTRY:
+            _load_all_passes()
+        entry = infra._REGISTRY.get(name)
+        if entry is None:
+            raise AttributeError(f"module 'relaybench.passes' has no attribute {name!r}")
+        value = entry.factory
     globals()[name] = value
     return value
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_PASSES))
+    from . import infra
+    _load_all_passes()
+    return sorted(set(globals()) | set(infra._REGISTRY) | set(_LAZY))
