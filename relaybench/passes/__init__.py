@@ -21,12 +21,13 @@ from .infra import (FunctionPass, ModulePass, Pass, PassContext, PassInfo, PassI
                     function_pass, get_pass, list_passes, module_pass, parse_pipeline, register_pass)
 
 # modules of this package that hold infrastructure, not passes
-_NOT_PASSES = {"infra", "instruments", "pipelines", "pattern", "dataflow_pattern", "well_formed"}
+_NOT_PASSES = {"bind_params", "infra", "instruments", "pipelines", "pattern", "dataflow_pattern", "well_formed"}
 
 # public names defined by infrastructure modules, loaded on first use
 _LAZY = {
     "PassTimer": "instruments", "Snapshots": "instruments", "PrintIR": "instruments",
     "VerifyEach": "instruments", "default_pipeline": "pipelines",
+    "bind_params": "bind_params", "bind_params_by_name": "bind_params",
 }
 
 _loaded = False

@@ -480,3 +480,14 @@ def parse_pipeline(text: str) -> Sequential:
 
 
 _ = (time, Function)
+
+
+def typed(mod: IRModule) -> IRModule:
+    """``mod`` with every function typed (re-running inference only if some node lacks a type).
+
+    Passes that read ``checked_type`` call this on their input.
+    """
+    if all(f.type_or_none is not None and f.body.type_or_none is not None for f in mod.functions.values()):
+        return mod
+    from ..ir.type_infer import infer_module
+    return infer_module(mod)
