@@ -56,3 +56,20 @@ def test_chain_value_by_hand():
     for d in ops:
         y = d.reference(y, np.float32(1.0 if d.name == "add" else 2.0), None)
     np.testing.assert_allclose(y, (((x + 1) * 2) + 1) * 2)
+
+
+def test_100k_chain_through_the_default_pipeline():
+    from relaybench.passes import PassContext, Snapshots
+    from relaybench.testing import chain, chain_reference
+
+    mod = rb.IRModule.from_expr(chain(N))
+    snapshots = Snapshots()
+    with PassContext(opt_level=3, instruments=[snapshots]):
+        out = rb.passes.default_pipeline(3)(mod)
+    ran = [r.name for r in snapshots.ran() if r.depth == 1]
+    assert ran[0] == "SimplifyInference" and ran[-1] == "FuseOps"
+    assert rb.ir.count_ops(out) == N  # nothing to fold or merge: every op survives, fused
+    assert out["main"].body.checked_type == TensorType((4,), "float32")
+    x = np.linspace(-1, 1, 4).astype("float32")
+    got = rb.create_executor("interpreter", mod=out).evaluate()(x)
+    np.testing.assert_allclose(got, chain_reference(N, x), rtol=1e-5)

@@ -659,9 +659,8 @@ def _infer_functions(mod) -> dict:
     else:
         edges = {}
         for gv in gvs:
-            if gv in declared:
-                edges[gv] = []
-                continue
+            # a declared function's own signature is known, but its body still needs the
+            # signatures of the undeclared globals it calls, so they come first
             seen, deps = set(), []
             for ref in _referenced_globals(mod.functions[gv]):
                 if ref in mod.functions and ref not in declared and ref not in seen:

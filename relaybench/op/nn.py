@@ -29,6 +29,9 @@ from numpy.lib.stride_tricks import sliding_window_view
 from ..ir.layout import Layout
 from ..ir.symbolic import ANY, add, floordiv, format_dim, mul, prod, sub
 from ..ir.types import TensorType, TupleType, check_dtype
+from ..passes._layout_rules import (batch_norm_layout, bias_add_layout, conv2d_layout, dropout_layout,
+                                    elemwise_layout, original_layout, pad_layout, pool_layout,
+                                    softmax_layout)
 from ._rel import (as_int, fail, fmt_shape, int_tuple, known, normalize_axis, provably_different,
                    relation, same_dim, tensor)
 from .registry import OpCaller, OpDef, OpPattern, register
@@ -242,7 +245,7 @@ def _axis_attr(a: dict) -> dict:
 # =============================================================================================
 # Activations
 
-relu = register(OpDef("nn.relu", ("data",), identity_rel, OpPattern.ELEMWISE,
+relu = register(OpDef("nn.relu", ("data",), identity_rel, OpPattern.ELEMWISE, layout=elemwise_layout,
                       reference=lambda x, attrs: np.maximum(x, np.zeros((), x.dtype)), doc="max(x, 0)."))
 
 
@@ -253,6 +256,7 @@ def _leaky_relu_reference(x, attrs):
 leaky_relu = register(OpDef(
     "nn.leaky_relu", ("data",), identity_rel, OpPattern.ELEMWISE, attrs={"alpha": 0.25},
     normalize=lambda a: dict(a, alpha=_float_attr(a["alpha"], "alpha")), reference=_leaky_relu_reference,
+    layout=elemwise_layout,
     doc="``x`` where ``x > 0``, else ``alpha * x``."))
 
 
@@ -299,7 +303,7 @@ def _bias_add_reference(x, b, attrs):
 
 bias_add = register(OpDef(
     "nn.bias_add", ("data", "bias"), bias_add_rel, OpPattern.BROADCAST, attrs={"axis": 1},
-    normalize=_axis_attr, reference=_bias_add_reference,
+    normalize=_axis_attr, reference=_bias_add_reference, layout=bias_add_layout,
     doc="Add a 1-d ``bias`` along ``axis`` of ``data``."))
 
 
@@ -450,7 +454,7 @@ conv2d = register(OpDef(
     attrs={"strides": (1, 1), "padding": (0, 0), "dilation": (1, 1), "groups": 1, "channels": None,
            "kernel_size": None, "data_layout": "NCHW", "kernel_layout": "OIHW", "out_layout": "",
            "out_dtype": ""},
-    normalize=_normalize_conv2d, reference=_conv2d_reference,
+    normalize=_normalize_conv2d, reference=_conv2d_reference, layout=conv2d_layout,
     doc="2-D convolution. ``padding`` is 1, 2 (top/bottom, left/right) or 4 values (top, left, "
         "bottom, right); ``groups`` splits channels (``groups`` equal to the input channels is a "
         "depthwise convolution, its OIHW weight ``[C * multiplier, 1, kh, kw]``); layouts may be "
@@ -528,7 +532,7 @@ conv2d_transpose = register(OpDef(
     attrs={"strides": (1, 1), "padding": (0, 0), "output_padding": (0, 0), "dilation": (1, 1), "groups": 1,
            "channels": None, "kernel_size": None, "data_layout": "NCHW", "kernel_layout": "IOHW",
            "out_layout": "", "out_dtype": ""},
-    normalize=_normalize_conv2d, reference=_conv2d_transpose_reference,
+    normalize=_normalize_conv2d, reference=_conv2d_transpose_reference, layout=conv2d_layout,
     doc="2-D transposed convolution (the gradient of ``nn.conv2d`` with respect to its data): each "
         "input pixel scatters its kernel-weighted values into a ``stride``-spaced output. The "
         "weight is IOHW, ``[C, channels / groups, kh, kw]``; ``padding`` trims the output and "
@@ -783,7 +787,7 @@ _POOL_ATTRS = {"pool_size": (1, 1), "strides": (1, 1), "dilation": (1, 1), "padd
 
 max_pool2d = register(OpDef(
     "nn.max_pool2d", ("data",), pool2d_rel, OpPattern.OUT_ELEMWISE_FUSABLE, attrs=dict(_POOL_ATTRS),
-    normalize=_normalize_pool, reference=_max_pool2d_reference,
+    normalize=_normalize_pool, reference=_max_pool2d_reference, layout=pool_layout,
     doc="The maximum over each ``pool_size`` window (taps ``dilation`` apart, windows ``strides`` "
         "apart) over H and W of any layout that keeps them whole (``NCHW``, ``NHWC``, ``NCHW16c``). "
         "``padding`` is 1, 2 or 4 values as for ``nn.conv2d``; ``ceil_mode`` adds a last, partial "
@@ -793,7 +797,7 @@ max_pool2d = register(OpDef(
 avg_pool2d = register(OpDef(
     "nn.avg_pool2d", ("data",), pool2d_rel, OpPattern.OUT_ELEMWISE_FUSABLE,
     attrs=dict(_POOL_ATTRS, count_include_pad=False), normalize=_normalize_pool,
-    reference=_avg_pool2d_reference,
+    reference=_avg_pool2d_reference, layout=pool_layout,
     doc="The mean over each window, like ``nn.max_pool2d``. The divisor counts the window's taps "
         "on the input, and with ``count_include_pad`` those on the padding too (never those past "
         "it that ``ceil_mode`` adds)."))
@@ -835,13 +839,14 @@ def _global_pool_reference(reduce):
 global_max_pool2d = register(OpDef(
     "nn.global_max_pool2d", ("data",), global_pool2d_rel, OpPattern.OUT_ELEMWISE_FUSABLE,
     attrs={"layout": "NCHW", "out_layout": ""}, normalize=_normalize_global_pool,
-    reference=_global_pool_reference(lambda x, axes: x.max(axis=axes, keepdims=True)),
+    reference=_global_pool_reference(lambda x, axes: x.max(axis=axes, keepdims=True)), layout=pool_layout,
     doc="The maximum over all of H and W; they become 1."))
 
 global_avg_pool2d = register(OpDef(
     "nn.global_avg_pool2d", ("data",), global_pool2d_rel, OpPattern.OUT_ELEMWISE_FUSABLE,
     attrs={"layout": "NCHW", "out_layout": ""}, normalize=_normalize_global_pool,
     reference=_global_pool_reference(lambda x, axes: x.mean(axis=axes, dtype=np.float64, keepdims=True)),
+    layout=pool_layout,
     doc="The mean over all of H and W; they become 1."))
 
 
@@ -883,7 +888,7 @@ def _adaptive_avg_pool2d_reference(x, attrs):
 adaptive_avg_pool2d = register(OpDef(
     "nn.adaptive_avg_pool2d", ("data",), adaptive_pool2d_rel, OpPattern.OUT_ELEMWISE_FUSABLE,
     attrs={"output_size": None, "layout": "NCHW", "out_layout": ""}, normalize=_normalize_global_pool,
-    reference=_adaptive_avg_pool2d_reference,
+    reference=_adaptive_avg_pool2d_reference, layout=pool_layout,
     doc="The mean over ``output_size`` bins of H and W, PyTorch's bins: output row ``i`` of ``oh`` "
         "averages input rows ``floor(i * H / oh)`` to ``ceil((i + 1) * H / oh)`` (exclusive)."))
 
@@ -917,12 +922,12 @@ def _log_softmax_reference(x, attrs):
 
 softmax = register(OpDef(
     "nn.softmax", ("data",), softmax_rel, OpPattern.OUT_ELEMWISE_FUSABLE, attrs={"axis": -1},
-    normalize=_axis_attr, reference=_softmax_reference,
+    normalize=_axis_attr, reference=_softmax_reference, layout=softmax_layout,
     doc="``exp(x) / sum(exp(x))`` along ``axis``."))
 
 log_softmax = register(OpDef(
     "nn.log_softmax", ("data",), softmax_rel, OpPattern.OUT_ELEMWISE_FUSABLE, attrs={"axis": -1},
-    normalize=_axis_attr, reference=_log_softmax_reference,
+    normalize=_axis_attr, reference=_log_softmax_reference, layout=softmax_layout,
     doc="``x - log(sum(exp(x)))`` along ``axis``."))
 
 
@@ -969,7 +974,7 @@ def _batch_norm_reference(x, gamma, beta, mean, var, attrs):
 batch_norm = register(OpDef(
     "nn.batch_norm", _BN_INPUTS, batch_norm_rel, OpPattern.OUT_ELEMWISE_FUSABLE,
     attrs={"axis": 1, "epsilon": 1e-5, "center": True, "scale": True}, normalize=_normalize_norm,
-    reference=_batch_norm_reference,
+    reference=_batch_norm_reference, layout=batch_norm_layout,
     doc="Inference batch normalization along ``axis``: ``(x - moving_mean) / sqrt(moving_var + "
         "epsilon) * gamma + beta`` (no ``gamma`` without ``scale``, no ``beta`` without "
         "``center``). Returns Relay's tuple ``(out, mean, var)``, here the moving statistics; "
@@ -1027,7 +1032,7 @@ def _normalize_dropout(a: dict) -> dict:
 
 dropout = register(OpDef(
     "nn.dropout", ("data",), dropout_rel, OpPattern.OPAQUE, attrs={"rate": 0.5},
-    normalize=_normalize_dropout, reference=lambda x, attrs: (x, np.ones_like(x)),
+    normalize=_normalize_dropout, reference=lambda x, attrs: (x, np.ones_like(x)), layout=dropout_layout,
     doc="Relay's tuple ``(out, mask)``; ``[0]`` is the output. At inference (the reference) the "
         "data passes through unchanged and the mask is all ones."))
 
@@ -1128,6 +1133,7 @@ class _PadCaller(OpCaller):
 pad = _PadCaller(register(OpDef(
     "nn.pad", ("data", "pad_value"), pad_rel, OpPattern.INJECTIVE,
     attrs={"pad_width": (), "pad_mode": "constant"}, normalize=_normalize_pad, reference=_pad_reference,
+    layout=pad_layout,
     doc="Pad each axis by its (before, after) pair in ``pad_width``: with ``pad_value`` (a scalar, "
         "cast to the data's dtype; 0 when left out) in ``constant`` mode, with the border value in "
         "``edge`` mode, with the mirror image (border excluded) in ``reflect`` mode.")).opdef)
@@ -1147,5 +1153,5 @@ def batch_flatten_rel(types, attrs):
 
 batch_flatten = register(OpDef(
     "nn.batch_flatten", ("data",), batch_flatten_rel, OpPattern.INJECTIVE,
-    reference=lambda x, attrs: x.reshape(x.shape[0], int(np.prod(x.shape[1:]))),
+    reference=lambda x, attrs: x.reshape(x.shape[0], int(np.prod(x.shape[1:]))), layout=original_layout,
     doc="Flatten every axis but the first: ``[N, d1, d2, ...]`` -> ``[N, d1 * d2 * ...]``."))

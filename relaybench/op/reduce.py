@@ -31,6 +31,7 @@ import numpy as np
 
 from ..ir.types import TensorType
 from ..ir.symbolic import ANY, format_dim
+from ..passes._layout_rules import reduce_layout
 from ._rel import as_int, fail, known, relation, same_dim, tensor
 from .registry import OpDef, OpPattern, register
 from .tensor import ANY_DTYPE, BOOL, NUMERIC, require
@@ -206,25 +207,25 @@ def _arg_reducer(pick):
 _REDUCE_ATTRS = {"axis": None, "keepdims": False, "exclude": False}
 
 
-def _reduce(name: str, rel, reference, doc: str, attrs=_REDUCE_ATTRS, inputs=("data",)):
+def _reduce(name: str, rel, reference, doc: str, attrs=_REDUCE_ATTRS, inputs=("data",), layout=None):
     return register(OpDef(name, inputs, rel, OpPattern.COMM_REDUCE, attrs=dict(attrs),
-                          normalize=_normalize_reduce, reference=reference, doc=doc))
+                          normalize=_normalize_reduce, reference=reference, layout=layout, doc=doc))
 
 
 sum = _reduce("sum", _reduce_relation(NUMERIC), _reducer(np.sum, dtype=True),  # noqa: A001
-              "Sum over ``axis``; integers accumulate in their own dtype.")
+              "Sum over ``axis``; integers accumulate in their own dtype.", layout=reduce_layout)
 prod = _reduce("prod", _reduce_relation(NUMERIC), _reducer(np.prod, dtype=True),
-               "Product over ``axis``; integers accumulate in their own dtype.")
+               "Product over ``axis``; integers accumulate in their own dtype.", layout=reduce_layout)
 mean = _reduce("mean", _reduce_relation(NUMERIC), _mean,
-               "Arithmetic mean over ``axis``; integer means truncate toward zero.")
+               "Arithmetic mean over ``axis``; integer means truncate toward zero.", layout=reduce_layout)
 max = _reduce("max", _reduce_relation(ANY_DTYPE, what_of_nothing="max"),  # noqa: A001
-              _reducer(np.max), "Maximum over ``axis``.")
+              _reducer(np.max), "Maximum over ``axis``.", layout=reduce_layout)
 min = _reduce("min", _reduce_relation(ANY_DTYPE, what_of_nothing="min"),  # noqa: A001
-              _reducer(np.min), "Minimum over ``axis``.")
+              _reducer(np.min), "Minimum over ``axis``.", layout=reduce_layout)
 all = _reduce("all", _reduce_relation(BOOL), _reducer(np.all),  # noqa: A001
-              "Logical AND over ``axis`` of a bool tensor (True over no elements).")
+              "Logical AND over ``axis`` of a bool tensor (True over no elements).", layout=reduce_layout)
 any = _reduce("any", _reduce_relation(BOOL), _reducer(np.any),  # noqa: A001
-              "Logical OR over ``axis`` of a bool tensor (False over no elements).")
+              "Logical OR over ``axis`` of a bool tensor (False over no elements).", layout=reduce_layout)
 
 _ARG_ATTRS = {"axis": None, "keepdims": False, "exclude": False, "select_last_index": False}
 

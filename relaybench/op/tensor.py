@@ -33,6 +33,7 @@ import math
 import numpy as np
 
 from ..ir.types import DTYPES, TensorType, check_dtype
+from ..passes._layout_rules import broadcast_layout, elemwise_layout
 from ._rel import broadcast_shape, fail, known, relation, tensor
 from .registry import OpDef, OpPattern, register
 
@@ -134,7 +135,7 @@ _bool_unary_rel = _unary_relation(BOOL)
 
 def _binary(name: str, func, doc: str, rel=_arith_rel):
     return register(OpDef(name, ("lhs", "rhs"), rel, OpPattern.BROADCAST, reference=_quiet(func),
-                          doc=doc))
+                          layout=broadcast_layout, doc=doc))
 
 
 def _is_int(a) -> bool:
@@ -210,7 +211,7 @@ logical_xor = _binary("logical_xor", np.logical_xor, "Elementwise XOR of bool te
 
 def _unary(name: str, func, doc: str, rel=_float_unary_rel, attrs=None, normalize=None):
     return register(OpDef(name, ("data",), rel, OpPattern.ELEMWISE, attrs=dict(attrs or {}),
-                          normalize=normalize, reference=_quiet(func), doc=doc))
+                          normalize=normalize, reference=_quiet(func), layout=elemwise_layout, doc=doc))
 
 
 def _in_float64(func):
@@ -332,7 +333,7 @@ def _clip(x, attrs):
 
 clip = register(OpDef(
     "clip", ("data",), _clip_rel, OpPattern.ELEMWISE, attrs={"a_min": None, "a_max": None},
-    normalize=_normalize_clip, reference=_clip,
+    normalize=_normalize_clip, reference=_clip, layout=elemwise_layout,
     doc="Clamp each element into ``[a_min, a_max]`` (both required; ReLU6 is "
         "``clip(x, a_min=0, a_max=6)``). Integer tensors clip to the integers inside the bounds."))
 
@@ -362,6 +363,7 @@ def _cast_rel(types, attrs):
 cast = register(OpDef(
     "cast", ("data",), _cast_rel, OpPattern.ELEMWISE, attrs={"dtype": None},
     normalize=_normalize_cast, reference=lambda x, attrs: np.asarray(x).astype(attrs.dtype),
+    layout=elemwise_layout,
     doc="Convert to ``dtype``; floats become integers by truncation toward zero, and any nonzero "
         "value becomes True."))
 
@@ -400,6 +402,7 @@ def _where_rel(types, attrs):
 where = register(OpDef(
     "where", ("condition", "x", "y"), _where_rel, OpPattern.BROADCAST,
     reference=lambda c, x, y, attrs: np.asarray(np.where(c.astype(bool, copy=False), x, y)),
+    layout=broadcast_layout,
     doc="Choose ``x`` where ``condition`` is true (nonzero), ``y`` elsewhere; the three broadcast "
         "together."))
 
@@ -470,11 +473,13 @@ full = register(OpDef(
         "fill value's)."))
 zeros_like = register(OpDef(
     "zeros_like", ("data",), identity_rel, OpPattern.ELEMWISE,
-    reference=lambda x, attrs: np.zeros_like(x), doc="Zeros of the data's shape and dtype."))
+    reference=lambda x, attrs: np.zeros_like(x), layout=elemwise_layout,
+    doc="Zeros of the data's shape and dtype."))
 ones_like = register(OpDef(
     "ones_like", ("data",), identity_rel, OpPattern.ELEMWISE,
-    reference=lambda x, attrs: np.ones_like(x), doc="Ones of the data's shape and dtype."))
+    reference=lambda x, attrs: np.ones_like(x), layout=elemwise_layout,
+    doc="Ones of the data's shape and dtype."))
 full_like = register(OpDef(
     "full_like", ("data", "fill_value"), _full_like_rel, OpPattern.ELEMWISE,
-    reference=lambda x, fill, attrs: np.full_like(x, fill),
+    reference=lambda x, fill, attrs: np.full_like(x, fill), layout=broadcast_layout,
     doc="The scalar ``fill_value`` in the data's shape and dtype."))

@@ -31,6 +31,7 @@ import numpy as np
 from ..ir.layout import Layout
 from ..ir.symbolic import ANY, add, floordiv, format_dim, mul, prod, sub
 from ..ir.types import TensorType, TupleType, check_dtype
+from ..passes._layout_rules import concatenate_layout, layout_transform_layout, split_layout
 from ._rel import (as_int, fail, fmt_shape, known, known_deep, normalize_axis, provably_different,
                    relation, tensor)
 from .registry import OpDef, OpPattern, register
@@ -478,7 +479,7 @@ def concatenate_rel(types, attrs):
 concatenate = register(OpDef(
     "concatenate", ("data",), concatenate_rel, OpPattern.INJECTIVE, attrs={"axis": 0},
     normalize=_normalize_axis_attr,
-    reference=lambda data, attrs: np.concatenate(list(data), axis=attrs.axis),
+    reference=lambda data, attrs: np.concatenate(list(data), axis=attrs.axis), layout=concatenate_layout,
     doc="Join a tuple of tensors along ``axis``; the extents along it add up (``n + m``)."))
 
 
@@ -563,6 +564,7 @@ def _split_ref(x, attrs):
 split = register(OpDef(
     "split", ("data",), split_rel, OpPattern.INJECTIVE,
     attrs={"indices_or_sections": 1, "axis": 0}, normalize=_normalize_split, reference=_split_ref,
+    layout=split_layout,
     doc="Split along ``axis`` into a tuple: ``indices_or_sections`` equal parts (an int, which must "
         "divide the extent) or the pieces between the sorted ``indices`` (a list; the last must be "
         "below the extent)."))
@@ -888,6 +890,7 @@ layout_transform = register(OpDef(
     attrs={"src_layout": "", "dst_layout": ""}, normalize=_normalize_layout_transform,
     reference=lambda x, attrs: np.ascontiguousarray(
         Layout(attrs.src_layout).transform_array(x, attrs.dst_layout)),
+    layout=layout_transform_layout,
     doc="Rearrange ``data`` from ``src_layout`` to ``dst_layout`` over the same axes: NCHW <-> "
         "NHWC, NCHW <-> NCHW16c (``[N, C/16, H, W, 16]``), OIHW <-> OIHW16i16o, ...; a blocked "
         "axis must be divisible by its block."))

@@ -26,7 +26,10 @@ _NOT_PASSES = {"bind_params", "infra", "instruments", "pipelines", "pattern", "d
 # public names defined by infrastructure modules, loaded on first use
 _LAZY = {
     "PassTimer": "instruments", "Snapshots": "instruments", "PrintIR": "instruments",
-    "VerifyEach": "instruments", "default_pipeline": "pipelines",
+    "VerifyEach": "instruments", "PassVerificationError": "instruments",
+    "default_pipeline": "pipelines", "build_pipeline": "pipelines", "optimize": "pipelines",
+    "pipeline_text": "pipelines", "passes_table": "infra", "pass_options": "infra",
+    "unregister_pass": "infra", "check_well_formed": "well_formed", "WellFormedError": "well_formed",
     "bind_params": "bind_params", "bind_params_by_name": "bind_params",
 }
 
@@ -54,6 +57,9 @@ def __getattr__(name):
             _load_all_passes()
         entry = infra._REGISTRY.get(name)
         if entry is None:
+            # a pass module by its file name (relaybench.passes.gradient), once all are imported
+            if name in globals():
+                return globals()[name]
             raise AttributeError(f"module 'relaybench.passes' has no attribute {name!r}")
         value = entry.factory
     globals()[name] = value

@@ -27,15 +27,25 @@ True
 
 Pipelines can be written as strings of kebab-case names with options:
 ``parse_pipeline("fold-constant,fuse-ops{fuse_opt_level=2}")``.
+
+>>> from relaybench.passes.infra import unregister_pass
+>>> unregister_pass("DoubleOutputs")
+
+Instruments (:mod:`relaybench.passes.instruments`) see every pass: ``enter_pass_ctx`` and
+``exit_pass_ctx`` around the ``with`` block; for each pass ``should_run`` (a veto; passes in
+``required_pass`` are not asked), then ``run_before_pass``, the pass, and ``run_after_pass`` with
+the (typed) result, or ``run_failed_pass`` when the pass raised; ``run_skipped_pass`` for a pass
+left out, with the reason. Hooks of several instruments run in the order the instruments were
+given. With the knob ``RB_DEBUG`` at 3 or more, every context also prints the IR after each pass.
 """
 
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import difflib
 import inspect
 import re
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional, Sequence
 
@@ -44,20 +54,30 @@ from ..ir.module import IRModule
 
 __all__ = [
     "PassInfo", "Pass", "ModulePass", "FunctionPass", "Sequential", "PassContext", "PassInstrument",
-    "module_pass", "function_pass", "register_pass", "get_pass", "list_passes", "parse_pipeline",
-    "kebab_case",
+    "module_pass", "function_pass", "register_pass", "unregister_pass", "get_pass", "list_passes",
+    "pass_options", "passes_table", "parse_pipeline", "kebab_case", "typed",
 ]
 
 
 def kebab_case(name: str) -> str:
-    """``FoldConstant`` -> ``fold-constant``; ``ToANormalForm`` -> ``to-a-normal-form``."""
-    s = re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "-", name)
+    """A Relay pass name in kebab-case, for pipeline strings.
+
+    A word starts at a capital after a lower-case letter, or at the last capital of a run
+    followed by a lower-case letter; digits stay with the word before them.
+
+    >>> [kebab_case(n) for n in ("FoldConstant", "ToANormalForm", "CombineParallelConv2D", "ToCPS")]
+    ['fold-constant', 'to-a-normal-form', 'combine-parallel-conv2d', 'to-cps']
+    """
+    s = re.sub(r"(?<=[a-z])(?=[A-Z])|(?<=[A-Z0-9])(?=[A-Z][a-z])", "-", name)
     return s.lower()
 
 
 @dataclass(frozen=True)
 class PassInfo:
-    """A pass's name (Relay's), its pipeline-string name, opt_level, required passes and doc."""
+    """A pass's name (Relay's), its pipeline-string name, opt_level, required passes and doc.
+
+    ``kind`` is ``"module"``, ``"function"`` or ``"sequential"`` (empty for other passes).
+    """
 
     name: str
     opt_level: int = 0
@@ -65,6 +85,7 @@ class PassInfo:
     doc: str = ""
     kebab: str = ""
     options: tuple = ()  # ((name, value), ...) the options this instance was made with
+    kind: str = ""
 
     def __post_init__(self):
         if not self.kebab:
@@ -77,6 +98,15 @@ class PassInfo:
             return self.name
         return self.name + "{" + ", ".join(f"{k}={v}" for k, v in self.options) + "}"
 
+    @property
+    def is_sequential(self) -> bool:
+        """Whether the pass only runs other passes (its result is the last of theirs)."""
+        return self.kind == "sequential"
+
+    def matches(self, names) -> bool:
+        """Whether this pass is named (by its Relay or kebab-case name) in ``names``."""
+        return self.name in names or self.kebab in names
+
 
 # ---------------------------------------------------------------------------------------------
 # The context
@@ -85,8 +115,10 @@ class PassInfo:
 class PassInstrument:
     """Sees every pass run in a context. Override any of the hooks.
 
-    ``run_after_pass`` receives the module the pass produced; ``run_skipped_pass`` is called for a
-    pass the context (or an instrument's ``should_run``) left out, with the reason in words.
+    ``run_after_pass`` receives the module the pass produced; ``run_failed_pass`` the module the
+    pass was given and the exception it raised (the exception then propagates);
+    ``run_skipped_pass`` is called for a pass the context (or an instrument's ``should_run``) left
+    out, with the reason in words.
     """
 
     def enter_pass_ctx(self, ctx: "PassContext") -> None: ...
@@ -94,34 +126,58 @@ class PassInstrument:
     def should_run(self, mod: IRModule, info: PassInfo) -> bool: return True
     def run_before_pass(self, mod: IRModule, info: PassInfo) -> None: ...
     def run_after_pass(self, mod: IRModule, info: PassInfo) -> None: ...
+    def run_failed_pass(self, mod: IRModule, info: PassInfo, error: BaseException) -> None: ...
     def run_skipped_pass(self, mod: IRModule, info: PassInfo, reason: str) -> None: ...
 
 
 _CURRENT: contextvars.ContextVar = contextvars.ContextVar("relaybench_pass_context", default=None)
+
+#: the level of the knob RB_DEBUG from which every pass context prints the IR after each pass
+DEBUG_PRINT_LEVEL = 3
 
 
 class PassContext:
     """Decides which passes run and lets instruments watch them; use it as a context manager.
 
     ``opt_level``: passes whose opt_level is higher are skipped by a Sequential.
-    ``required_pass`` / ``disabled_pass``: names (Relay's or kebab-case) always run / never run.
-    ``config``: options read by passes (``{"relay.FuseOps.max_depth": 10}``).
+    ``required_pass`` / ``disabled_pass``: names (Relay's or kebab-case) always run / never run
+    (disabled wins when a name is in both).
+    ``config``: options read by passes (``{"relay.FuseOps.max_depth": 10}``); see :meth:`get_config`.
     ``instruments``: :class:`PassInstrument` objects.
+
+    Contexts nest: :meth:`current` is the innermost one entered (a default ``opt_level=2``
+    context when none is).
+
+    >>> with PassContext(opt_level=3, disabled_pass=["fold-constant"]) as ctx:
+    ...     PassContext.current() is ctx
+    True
+    >>> ctx.why_skipped(PassInfo("FoldConstant", opt_level=2))
+    'disabled by the pass context'
+    >>> ctx.why_skipped(PassInfo("AlterOpLayout", opt_level=3)) is None
+    True
+    >>> PassContext(opt_level=1).why_skipped(PassInfo("EliminateCommonSubexpr", opt_level=3))
+    'opt_level 3 > context opt_level 1'
     """
 
     def __init__(self, opt_level: int = 2, required_pass: Iterable[str] = (),
                  disabled_pass: Iterable[str] = (), config: Optional[dict] = None,
                  instruments: Sequence[PassInstrument] = ()):
+        if isinstance(required_pass, str) or isinstance(disabled_pass, str):
+            raise TypeError("required_pass and disabled_pass are lists of pass names, not one string")
         self.opt_level = int(opt_level)
         self.required_pass = frozenset(_canonical(n) for n in required_pass)
         self.disabled_pass = frozenset(_canonical(n) for n in disabled_pass)
         self.config = dict(config or {})
         self.instruments = list(instruments)
-        self._token = None
+        for inst in self.instruments:
+            if not isinstance(inst, PassInstrument):
+                raise TypeError(f"instruments must be PassInstrument objects, got {inst!r}")
+        self._tokens: list = []
         self._depth = 0
 
     @staticmethod
     def current() -> "PassContext":
+        """The innermost context entered (a default one, opt_level 2, if none is)."""
         ctx = _CURRENT.get()
         if ctx is None:
             ctx = PassContext()
@@ -129,25 +185,46 @@ class PassContext:
         return ctx
 
     def __enter__(self) -> "PassContext":
-        self._token = _CURRENT.set(self)
+        self._tokens.append(_CURRENT.set(self))
         for inst in self.instruments:
             inst.enter_pass_ctx(self)
         return self
 
     def __exit__(self, *exc) -> bool:
-        for inst in self.instruments:
-            inst.exit_pass_ctx(self)
-        _CURRENT.reset(self._token)
-        self._token = None
+        try:
+            for inst in self.instruments:
+                inst.exit_pass_ctx(self)
+        finally:
+            _CURRENT.reset(self._tokens.pop())
         return False
+
+    def __repr__(self) -> str:
+        parts = [f"opt_level={self.opt_level}"]
+        if self.required_pass:
+            parts.append(f"required_pass={sorted(self.required_pass)}")
+        if self.disabled_pass:
+            parts.append(f"disabled_pass={sorted(self.disabled_pass)}")
+        if self.config:
+            parts.append(f"config={self.config}")
+        if self.instruments:
+            parts.append(f"instruments=[{', '.join(type(i).__name__ for i in self.instruments)}]")
+        return f"PassContext({', '.join(parts)})"
+
+    @property
+    def depth(self) -> int:
+        """How many passes are running in this context right now (nested ones counted)."""
+        return self._depth
+
+    def get_config(self, key: str, default: Any = None) -> Any:
+        """The value of a config option, e.g. ``ctx.get_config("relay.FuseOps.max_depth", 256)``."""
+        return self.config.get(key, default)
 
     # ---- decisions -------------------------------------------------------------------------
     def why_skipped(self, info: PassInfo) -> Optional[str]:
         """None if ``info``'s pass is enabled here, else the reason in words."""
-        names = {info.name, info.kebab}
-        if names & self.disabled_pass:
+        if info.matches(self.disabled_pass):
             return "disabled by the pass context"
-        if names & self.required_pass:
+        if info.matches(self.required_pass):
             return None
         if info.opt_level > self.opt_level:
             return f"opt_level {info.opt_level} > context opt_level {self.opt_level}"
@@ -156,49 +233,91 @@ class PassContext:
     def pass_enabled(self, info: PassInfo) -> bool:
         return self.why_skipped(info) is None
 
+    def is_required(self, info: PassInfo) -> bool:
+        """Whether the pass is named in ``required_pass`` (and not disabled)."""
+        return info.matches(self.required_pass) and not info.matches(self.disabled_pass)
+
     # ---- running ---------------------------------------------------------------------------
+    def active_instruments(self) -> list:
+        """The instruments that see passes now: this context's, plus an IR printer when the knob
+        ``RB_DEBUG`` is at least 3."""
+        from .. import config
+        if config.get("RB_DEBUG") >= DEBUG_PRINT_LEVEL:
+            return self.instruments + [_debug_printer()]
+        return self.instruments
+
     def skip(self, p: "Pass", mod: IRModule, reason: str) -> None:
-        for inst in self.instruments:
+        """Report ``p`` as skipped (with ``reason``) to the instruments."""
+        for inst in self.active_instruments():
             inst.run_skipped_pass(mod, p.info, reason)
 
     def run_pass(self, p: "Pass", mod: IRModule) -> IRModule:
-        """Run one pass under the instruments (the pass's own opt_level is not checked here)."""
+        """Run one pass under the instruments (the pass's own opt_level is not checked here).
+
+        An instrument's ``should_run`` may veto the pass (then it is reported skipped), except
+        for passes in ``required_pass``. An exception raised by the pass gets a note naming it.
+        """
         if not isinstance(mod, IRModule):
             raise TypeError(f"{p.info.name} runs on an IRModule, not {type(mod).__name__}")
-        for inst in self.instruments:
-            if not inst.should_run(mod, p.info):
-                self.skip(p, mod, f"an instrument ({type(inst).__name__}) said not to run it")
-                return mod
-        for inst in self.instruments:
+        instruments = self.active_instruments()
+        if not self.is_required(p.info):
+            for inst in instruments:
+                if not inst.should_run(mod, p.info):
+                    self.skip(p, mod, f"an instrument ({type(inst).__name__}) said not to run it")
+                    return mod
+        for inst in instruments:
             inst.run_before_pass(mod, p.info)
         self._depth += 1
         try:
             out = p.transform(mod, self)
-        finally:
+            if not isinstance(out, IRModule):
+                raise TypeError(f"pass {p.info.name} returned {type(out).__name__}, not an IRModule")
+            out = _typed(out, mod, p)
+        except BaseException as err:
             self._depth -= 1
-        if not isinstance(out, IRModule):
-            raise TypeError(f"pass {p.info.name} returned {type(out).__name__}, not an IRModule")
-        out = _typed(out, mod, p)
-        for inst in self.instruments:
+            _note(err, p.info)
+            for inst in instruments:
+                inst.run_failed_pass(mod, p.info, err)
+            raise
+        self._depth -= 1
+        for inst in instruments:
             inst.run_after_pass(out, p.info)
         return out
 
 
+def _note(err: BaseException, info: PassInfo) -> None:
+    """Add "in pass NAME" to an exception's notes (once per pass it crosses)."""
+    if not isinstance(err, Exception):
+        return
+    note = f"while running pass {info.label}"
+    notes = getattr(err, "__notes__", [])
+    if note not in notes:
+        err.add_note(note)
+
+
+_DEBUG_PRINTER: list = []
+
+
+def _debug_printer() -> PassInstrument:
+    if not _DEBUG_PRINTER:
+        from .instruments import PrintIR
+        _DEBUG_PRINTER.append(PrintIR(after=True, show_skipped=True))
+    return _DEBUG_PRINTER[0]
+
+
 def _canonical(name: str) -> str:
-    return name
+    if not isinstance(name, str):
+        raise TypeError(f"a pass is named by a str, not {name!r}")
+    return name.strip()
 
 
 def _typed(out: IRModule, before: IRModule, p: "Pass") -> IRModule:
-    """Every pass's output is typed: re-run inference on the functions that changed."""
+    """Every pass's output is typed: re-run inference when a function of it is not typed."""
     if getattr(p, "keeps_types", False):
         return out
     if out is before:
         return out
-    stale = any(f.type_or_none is None or f.body.type_or_none is None for f in out.functions.values())
-    if not stale:
-        return out
-    from ..ir.type_infer import infer_module
-    return infer_module(out)
+    return typed(out)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -221,29 +340,37 @@ class Pass:
         return f"<{type(self).__name__} {self.info.label} opt_level={self.info.opt_level}>"
 
 
+def _with_kind(info: PassInfo, kind: str) -> PassInfo:
+    return info if info.kind else dataclasses.replace(info, kind=kind)
+
+
 class ModulePass(Pass):
     """A pass given by ``fn(mod, ctx, **options) -> IRModule``."""
 
     def __init__(self, fn: Callable, info: PassInfo, options: Optional[dict] = None):
-        self.fn, self.info, self.options = fn, info, dict(options or {})
+        self.fn, self.info, self.options = fn, _with_kind(info, "module"), dict(options or {})
 
     def transform(self, mod: IRModule, ctx: PassContext) -> IRModule:
         return self.fn(mod, ctx, **self.options)
 
 
+#: function attributes that make a FunctionPass leave a global function alone
+SKIPPED_FUNCTION_ATTRS = ("Primitive", "Compiler", "Extern", "SkipOptimization")
+
+
 class FunctionPass(Pass):
     """A pass given by ``fn(func, mod, ctx, **options) -> Function``, applied to each global
-    function that is not a Primitive (fused) or external one. Returns the same module object
-    when no function changed."""
+    function that is not a Primitive (fused), external or ``SkipOptimization`` one. Returns the
+    same module object when no function changed."""
 
     def __init__(self, fn: Callable, info: PassInfo, options: Optional[dict] = None):
-        self.fn, self.info, self.options = fn, info, dict(options or {})
+        self.fn, self.info, self.options = fn, _with_kind(info, "function"), dict(options or {})
 
     def transform(self, mod: IRModule, ctx: PassContext) -> IRModule:
         new = {}
         changed = False
         for gv, func in mod.functions.items():
-            if func.attrs.get("Primitive") or func.attrs.get("Compiler") or func.attrs.get("SkipOptimization"):
+            if any(func.attrs.get(a) for a in SKIPPED_FUNCTION_ATTRS):
                 new[gv] = func
                 continue
             out = self.fn(func, mod, ctx, **self.options)
@@ -258,9 +385,11 @@ class FunctionPass(Pass):
 class Sequential(Pass):
     """Runs passes in order, each only if the context enables it (else it is reported skipped).
 
-    A pass's ``required`` passes run before it when they are not already in the sequence
-    ahead of it.
+    A pass's ``required`` passes run before it when they have not already run in this sequence.
+    Sequences nest; instruments see the sequence itself as a pass around its members.
     """
+
+    keeps_types = True  # every member already typed its own result
 
     def __init__(self, passes: Sequence[Pass], opt_level: int = 0, name: str = "Sequential",
                  required: tuple = ()):
@@ -268,7 +397,8 @@ class Sequential(Pass):
         for p in self.passes:
             if not isinstance(p, Pass):
                 raise TypeError(f"Sequential takes passes, got {p!r}")
-        self.info = PassInfo(name, opt_level, tuple(required), doc="a sequence of passes", kebab=name.lower())
+        self.info = PassInfo(name, opt_level, tuple(required), doc="a sequence of passes",
+                             kebab=kebab_case(name), kind="sequential")
 
     def transform(self, mod: IRModule, ctx: PassContext) -> IRModule:
         done: set = set()
@@ -290,6 +420,9 @@ class Sequential(Pass):
 
     def __len__(self) -> int:
         return len(self.passes)
+
+    def __getitem__(self, index):
+        return self.passes[index]
 
     def __repr__(self) -> str:
         return f"Sequential([{', '.join(p.info.label for p in self.passes)}])"
@@ -320,6 +453,12 @@ def register_pass(name: str, factory: Callable, opt_level: int = 0, required: tu
     _REGISTRY[name] = entry
 
 
+def unregister_pass(name: str) -> None:
+    """Remove a pass from the registry (for passes defined on the fly, in a notebook or a test)."""
+    if _REGISTRY.pop(name, None) is None:
+        raise KeyError(f"no registered pass named {name!r}")
+
+
 def _options_of(fn: Callable, skip: int) -> dict:
     sig = inspect.signature(fn)
     params = list(sig.parameters.values())[skip:]
@@ -339,6 +478,8 @@ def _first_doc_line(fn) -> str:
 
 
 def _decorator(kind: type, skip: int, opt_level: int, name: Optional[str], required: tuple):
+    kind_name = "module" if kind is ModulePass else "function"
+
     def wrap(fn: Callable) -> Callable:
         pname = name or fn.__name__
         options = _options_of(fn, skip)
@@ -351,13 +492,14 @@ def _decorator(kind: type, skip: int, opt_level: int, name: Optional[str], requi
                                 f"(options: {', '.join(options) or 'none'})")
             values = {k: kwargs.get(k, default) for k, (default, _ann) in options.items()}
             shown = tuple((k, v) for k, v in kwargs.items())
-            info = PassInfo(pname, opt_level, tuple(required), doc, options=shown)
+            info = PassInfo(pname, opt_level, tuple(required), doc, options=shown, kind=kind_name)
             return kind(fn, info, values)
 
         factory.__name__ = factory.__qualname__ = pname
         factory.__doc__ = fn.__doc__
         factory.__wrapped__ = fn
-        factory.info = PassInfo(pname, opt_level, tuple(required), doc)
+        factory.__module__ = fn.__module__
+        factory.info = PassInfo(pname, opt_level, tuple(required), doc, kind=kind_name)
         register_pass(pname, factory, opt_level, tuple(required), doc, options)
         return factory
 
@@ -379,22 +521,26 @@ def _load_all() -> None:
     _load_all_passes()
 
 
-def get_pass(name: str) -> Callable:
-    """The factory of a pass, by Relay name or kebab-case name."""
+def _entry(name: str) -> _Entry:
+    if not isinstance(name, str):
+        raise TypeError(f"a pass is named by a str, not {name!r}")
     if name not in _REGISTRY:
         _load_all()
     entry = _REGISTRY.get(name)
     if entry is None:
         for e in _REGISTRY.values():
             if e.kebab == name:
-                entry = e
-                break
-    if entry is None:
+                return e
         names = list(_REGISTRY) + [e.kebab for e in _REGISTRY.values()]
         close = difflib.get_close_matches(name, names, n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise KeyError(f"unknown pass {name!r}{hint}")
-    return entry.factory
+    return entry
+
+
+def get_pass(name: str) -> Callable:
+    """The factory of a pass, by Relay name or kebab-case name."""
+    return _entry(name).factory
 
 
 def list_passes() -> list:
@@ -405,81 +551,260 @@ def list_passes() -> list:
 
 def pass_options(name: str) -> dict:
     """The options of a pass: name -> default."""
-    get_pass(name)
-    entry = _REGISTRY.get(name) or next(e for e in _REGISTRY.values() if e.kebab == name)
-    return {k: d for k, (d, _a) in entry.options.items()}
+    return {k: d for k, (d, _a) in _entry(name).options.items()}
+
+
+def passes_table():
+    """Every registered pass as a :class:`~relaybench.viz.table.Table`: name, kebab-case name,
+    opt_level, options with their defaults, and the first line of its doc."""
+    from ..viz.table import Table
+    _load_all()
+    rows = []
+    for e in sorted(_REGISTRY.values(), key=lambda e: e.name):
+        opts = ", ".join(f"{k}={d!r}" for k, (d, _a) in e.options.items())
+        rows.append({"name": e.name, "kebab": e.kebab, "opt_level": e.opt_level,
+                     "options": opts, "doc": e.doc})
+    return Table(rows)
 
 
 # ---------------------------------------------------------------------------------------------
 # Pipeline strings
 
-_ITEM = re.compile(r"\s*([A-Za-z][\w-]*)\s*(\{([^{}]*)\})?\s*(,|$)")
+
+class _PipelineText:
+    """A cursor over a pipeline string; errors name the position."""
+
+    def __init__(self, text: str):
+        self.text = text
+        self.pos = 0
+
+    def error(self, message: str, pos: Optional[int] = None) -> ValueError:
+        pos = self.pos if pos is None else pos
+        return ValueError(f"pipeline {self.text!r}, position {pos}: {message}\n  {self.text}\n  {' ' * pos}^")
+
+    def skip_space(self) -> None:
+        while self.pos < len(self.text) and self.text[self.pos].isspace():
+            self.pos += 1
+
+    def peek(self) -> str:
+        self.skip_space()
+        return self.text[self.pos] if self.pos < len(self.text) else ""
+
+    def expect(self, ch: str, what: str) -> None:
+        if self.peek() != ch:
+            found = repr(self.text[self.pos]) if self.pos < len(self.text) else "the end"
+            raise self.error(f"expected {ch!r} {what}, found {found}")
+        self.pos += 1
+
+    def name(self, what: str) -> str:
+        self.skip_space()
+        m = re.compile(r"[A-Za-z_][\w\-.]*").match(self.text, self.pos)
+        if not m:
+            found = repr(self.text[self.pos]) if self.pos < len(self.text) else "the end"
+            raise self.error(f"expected {what}, found {found}")
+        self.pos = m.end()
+        return m.group(0)
+
+    def raw_value(self) -> str:
+        """The text of one option value: up to a ``,`` or ``}`` outside brackets and quotes."""
+        self.skip_space()
+        start = self.pos
+        closing = {"(": ")", "[": "]", "{": "}"}
+        stack: list = []
+        text = self.text
+        while self.pos < len(text):
+            ch = text[self.pos]
+            if ch in "\"'":
+                end = text.find(ch, self.pos + 1)
+                if end < 0:
+                    raise self.error("unterminated string", self.pos)
+                self.pos = end + 1
+                continue
+            if ch in closing:
+                stack.append(closing[ch])
+            elif ch in ")]}":
+                if not stack:
+                    if ch == "}":
+                        break
+                    raise self.error(f"unbalanced {ch!r}")
+                if stack.pop() != ch:
+                    raise self.error(f"unbalanced {ch!r}")
+            elif ch == "," and not stack:
+                break
+            self.pos += 1
+        if stack:
+            raise self.error(f"missing {stack[-1]!r}")
+        value = text[start:self.pos].strip()
+        if not value:
+            raise self.error("missing value", start)
+        return value
+
+
+_BARE_WORDS = {"true": True, "false": False, "none": None, "null": None}
+
+
+def _literal(text: str):
+    """Parse an option value: numbers, true/false/none, quoted or bare strings, [lists],
+    (tuples) and {dicts} (items separated by ``,`` or ``;``)."""
+    items, pos = _literal_at(text, 0)
+    if text[pos:].strip():
+        raise ValueError(f"unexpected {text[pos:].strip()!r}")
+    return items
+
+
+def _literal_at(text: str, pos: int):
+    # recursion here follows the brackets of one option value, written by hand
+    while pos < len(text) and text[pos].isspace():
+        pos += 1
+    if pos >= len(text):
+        raise ValueError("missing value")
+    ch = text[pos]
+    if ch in "\"'":
+        end = text.find(ch, pos + 1)
+        if end < 0:
+            raise ValueError("unterminated string")
+        return text[pos + 1:end], end + 1
+    if ch in "[({":
+        close = {"[": "]", "(": ")", "{": "}"}[ch]
+        pos += 1
+        items: list = []
+        while True:
+            while pos < len(text) and text[pos].isspace():
+                pos += 1
+            if pos < len(text) and text[pos] == close:
+                pos += 1
+                break
+            item, pos = _literal_at(text, pos)
+            if ch == "{":
+                while pos < len(text) and text[pos].isspace():
+                    pos += 1
+                if pos >= len(text) or text[pos] != ":":
+                    raise ValueError("a dict item needs key: value")
+                value, pos = _literal_at(text, pos + 1)
+                item = (item, value)
+            items.append(item)
+            while pos < len(text) and text[pos].isspace():
+                pos += 1
+            if pos < len(text) and text[pos] in ",;":
+                pos += 1
+            elif pos >= len(text) or text[pos] != close:
+                raise ValueError(f"missing {close!r}")
+        if ch == "{":
+            return dict(items), pos
+        return (items if ch == "[" else tuple(items)), pos
+    m = re.compile(r"[^,;:\[\](){}\s]+").match(text, pos)
+    if not m:
+        raise ValueError(f"unexpected {ch!r}")
+    word = m.group(0)
+    if word.lower() in _BARE_WORDS:
+        return _BARE_WORDS[word.lower()], m.end()
+    for conv in (int, float):
+        try:
+            return conv(word), m.end()
+        except ValueError:
+            pass
+    return word, m.end()
 
 
 def _option_value(text: str, default: Any, name: str, pass_name: str):
-    text = text.strip()
-    kind = type(default)
+    """Convert the text of option ``name`` to the type of its default."""
     try:
-        if isinstance(default, bool):
-            if text.lower() in ("true", "1"):
-                return True
-            if text.lower() in ("false", "0"):
-                return False
-            raise ValueError(text)
-        if isinstance(default, int):
-            return int(text)
-        if isinstance(default, float):
-            return float(text)
-        if default is None or isinstance(default, str):
-            if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
-                return text[1:-1]
-            if default is None:
-                for conv in (int, float):
-                    try:
-                        return conv(text)
-                    except ValueError:
-                        pass
-            return text
-        if isinstance(default, (tuple, list)):
-            items = [t.strip() for t in text.strip("[]()").split(";") if t.strip()]
-            return tuple(items)
-    except ValueError:
-        pass
-    raise ValueError(f"{pass_name}: option {name} expects a {kind.__name__}, got {text!r}")
+        value = _literal(text)
+    except ValueError as err:
+        raise ValueError(f"{pass_name}: option {name}: cannot read {text!r}: {err}") from None
+    kind = type(default)
+    if isinstance(default, bool):
+        if isinstance(value, bool):
+            return value
+        if value in (0, 1) and not isinstance(value, float):
+            return bool(value)
+        if isinstance(value, str) and value.lower() in ("yes", "no", "on", "off"):
+            return value.lower() in ("yes", "on")
+    elif isinstance(default, int):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif isinstance(default, float):
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif isinstance(default, str):
+        return value if isinstance(value, str) else text.strip()
+    elif default is None:
+        return value
+    elif isinstance(default, (tuple, list)):
+        if isinstance(value, (list, tuple)):
+            return kind(value)
+        if not isinstance(value, dict):
+            return kind([value])
+    elif isinstance(default, dict):
+        if isinstance(value, dict):
+            return value
+    else:
+        raise ValueError(f"{pass_name}: option {name} (a {kind.__name__}) cannot be set in a "
+                         f"pipeline string")
+    raise ValueError(f"{pass_name}: option {name} expects a {kind.__name__}, got {text.strip()!r}")
 
 
 def parse_pipeline(text: str) -> Sequential:
     """``"simplify-inference,fold-constant,fuse-ops{fuse_opt_level=2}"`` -> a Sequential.
 
     Names are kebab-case (or Relay's); options go in braces as ``name=value`` separated by
-    commas. Errors name the position and the pass.
+    commas (option names may be written with ``-`` for ``_``). A value is read according to the
+    option's default: ``true``/``false`` for a bool, a number, a string (quoted or bare), a list
+    ``[a, b]`` or ``[a; b]``, a dict ``{nn.conv2d: [NHWC, default]}``. Errors name the position,
+    the pass and the option.
+
+    >>> p = parse_pipeline("infer-type, InferType")
+    >>> [q.info.name for q in p]
+    ['InferType', 'InferType']
+    >>> parse_pipeline("infer-type{x=1}")
+    Traceback (most recent call last):
+    ...
+    ValueError: pipeline 'infer-type{x=1}', position 11: InferType has no option 'x' (options: none)
+      infer-type{x=1}
+                 ^
     """
+    if not isinstance(text, str):
+        raise TypeError(f"a pipeline string is a str, not {type(text).__name__}")
+    cur = _PipelineText(text)
     passes = []
-    pos = 0
-    text = text.strip()
-    while pos < len(text):
-        m = _ITEM.match(text, pos)
-        if not m:
-            raise ValueError(f"pipeline: cannot read {text[pos:pos + 20]!r} at position {pos}")
-        name, body = m.group(1), m.group(3)
-        factory = get_pass(name)
+    while cur.peek():
+        if passes:
+            cur.expect(",", "between passes")
+        cur.skip_space()
+        start = cur.pos
+        name = cur.name("a pass name")
+        try:
+            entry = _entry(name)
+        except KeyError as err:
+            raise cur.error(err.args[0], start) from None
         kwargs = {}
-        if body and body.strip():
-            entry = next(e for e in _REGISTRY.values() if e.factory is factory)
-            for item in body.split(","):
-                if "=" not in item:
-                    raise ValueError(f"pipeline: option {item.strip()!r} of {name} needs name=value")
-                key, value = (s.strip() for s in item.split("=", 1))
+        if cur.peek() == "{":
+            cur.pos += 1
+            while cur.peek() != "}":
+                if kwargs:
+                    cur.expect(",", f"between options of {name}")
+                cur.skip_space()
+                key_pos = cur.pos
+                key = cur.name(f"an option name of {name}").replace("-", "_")
                 if key not in entry.options:
-                    raise ValueError(f"pipeline: {name} has no option {key!r} "
-                                     f"(options: {', '.join(entry.options) or 'none'})")
-                kwargs[key] = _option_value(value, entry.options[key][0], key, name)
-        passes.append(factory(**kwargs))
-        pos = m.end()
+                    raise cur.error(f"{entry.name} has no option {key!r} "
+                                    f"(options: {', '.join(entry.options) or 'none'})", key_pos)
+                if key in kwargs:
+                    raise cur.error(f"option {key} of {entry.name} given twice", key_pos)
+                cur.expect("=", f"after option {key} of {entry.name}")
+                value_pos = cur.pos
+                raw = cur.raw_value()
+                try:
+                    kwargs[key] = _option_value(raw, entry.options[key][0], key, entry.name)
+                except ValueError as err:
+                    raise cur.error(str(err), value_pos) from None
+                if not cur.peek():
+                    raise cur.error(f"missing '}}' after the options of {name}")
+            cur.pos += 1
+        passes.append(entry.factory(**kwargs))
+        if cur.peek() and cur.peek() != ",":
+            raise cur.error(f"expected ',' after {name}")
     return Sequential(passes, name="pipeline")
-
-
-_ = (time, Function)
 
 
 def typed(mod: IRModule) -> IRModule:
@@ -491,3 +816,4 @@ def typed(mod: IRModule) -> IRModule:
         return mod
     from ..ir.type_infer import infer_module
     return infer_module(mod)
+

@@ -1,0 +1,457 @@
+"""AlterOpLayout: hand-written before/expected programs for the layout rules it drives, the
+interpreter before and after on random inputs, ResNet-18 / MobileNet V2 / VGG-16 (small) blocked
+end to end, and a 100,000-op chain."""
+
+import doctest
+import re
+
+import numpy as np
+import pytest
+
+import relaybench as rb
+from relaybench import op
+from relaybench.ir import assert_structural_equal, op_histogram, post_order
+from relaybench.passes import _layout_rules, alter_op_layout
+from relaybench.passes.alter_op_layout import channel_block
+
+H = '#[version = "0.0.5"]\n'
+
+
+def alter(mod, **options):
+    with rb.PassContext(opt_level=3):
+        return rb.passes.AlterOpLayout(**options)(mod)
+
+
+def expected(text):
+    return rb.passes.InferType()(rb.parse(H + text))
+
+
+def run(mod, *args):
+    return rb.create_executor("interpreter", mod=mod).evaluate()(*args)
+
+
+def random_args(mod, seed=0):
+    rng = np.random.default_rng(seed)
+    out = []
+    for p in mod["main"].params:
+        t = p.type_annotation
+        if t.dtype == "bool":
+            out.append(np.array(True))
+        else:
+            out.append(rng.standard_normal([int(d) for d in t.shape]).astype(t.dtype))
+    return out
+
+
+def check_same_outputs(before, after, seed=0):
+    args = random_args(before, seed)
+    np.testing.assert_allclose(run(after, *args), run(before, *args), rtol=1e-5, atol=1e-6)
+
+
+def calls(mod, name):
+    return [n for n in post_order(mod["main"].body)
+            if isinstance(n, rb.Call) and isinstance(n.op, rb.Op) and n.op.name == name]
+
+
+def test_docstring_examples():
+    assert doctest.testmod(alter_op_layout).failed == 0
+    assert doctest.testmod(_layout_rules).failed == 0
+
+
+def test_pass_info():
+    p = rb.passes.AlterOpLayout()
+    assert (p.info.name, p.info.opt_level, p.info.kebab) == ("AlterOpLayout", 3, "alter-op-layout")
+
+
+def test_channel_block_is_the_largest_divisor_up_to_the_simd_width():
+    # 16 for every power of two from 16 up, 3 for RGB, the largest divisor otherwise
+    assert [channel_block(c) for c in (3, 8, 16, 24, 64, 96, 144, 320, 1280)] == \
+        [3, 8, 16, 12, 16, 16, 16, 16, 16]
+    assert [channel_block(c, 8) for c in (3, 64, 12)] == [3, 8, 6]
+    assert channel_block(17) == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Before / expected
+
+def test_conv_relu_pool():
+    before = rb.parse(H + """
+def @main(%x: Tensor[(1, 3, 8, 8), float32], %w: Tensor[(32, 3, 3, 3), float32]) {
+  %0 = nn.conv2d(%x, %w, padding=[1, 1, 1, 1], channels=32, kernel_size=[3, 3]);
+  %1 = nn.relu(%0);
+  nn.max_pool2d(%1, pool_size=[2, 2], strides=[2, 2])
+}""")
+    after = alter(before)
+    assert_structural_equal(after, expected("""
+def @main(%x: Tensor[(1, 3, 8, 8), float32], %w: Tensor[(32, 3, 3, 3), float32]) {
+  %0 = layout_transform(%x, src_layout="NCHW", dst_layout="NCHW3c");
+  %1 = layout_transform(%w, src_layout="OIHW", dst_layout="OIHW3i16o");
+  %2 = nn.conv2d(%0, %1, padding=[1, 1, 1, 1], channels=32, kernel_size=[3, 3], data_layout="NCHW3c",
+                 kernel_layout="OIHW3i16o", out_layout="NCHW16c");
+  %3 = nn.relu(%2);
+  %4 = nn.max_pool2d(%3, pool_size=[2, 2], strides=[2, 2], layout="NCHW16c");
+  layout_transform(%4, src_layout="NCHW16c", dst_layout="NCHW")
+}"""), map_free_vars=True)
+    check_same_outputs(before, after)
+
+
+def test_per_channel_operands_are_transformed_into_the_blocked_layout():
+    # the batch-norm arithmetic: a (C, 1, 1) scale and shift follow the data into NCHW16c as CHW16c
+    before = rb.parse(H + """
+def @main(%x: Tensor[(1, 16, 6, 6), float32], %w: Tensor[(32, 16, 3, 3), float32],
+          %s: Tensor[(32, 1, 1), float32], %b: Tensor[(32, 1, 1), float32]) {
+  %0 = nn.conv2d(%x, %w, padding=[1, 1, 1, 1], channels=32, kernel_size=[3, 3]);
+  %1 = multiply(%0, %s);
+  %2 = add(%1, %b);
+  nn.relu(%2)
+}""")
+    after = alter(before)
+    assert_structural_equal(after, expected("""
+def @main(%x: Tensor[(1, 16, 6, 6), float32], %w: Tensor[(32, 16, 3, 3), float32],
+          %s: Tensor[(32, 1, 1), float32], %b: Tensor[(32, 1, 1), float32]) {
+  %0 = layout_transform(%x, src_layout="NCHW", dst_layout="NCHW16c");
+  %1 = layout_transform(%w, src_layout="OIHW", dst_layout="OIHW16i16o");
+  %2 = nn.conv2d(%0, %1, padding=[1, 1, 1, 1], channels=32, kernel_size=[3, 3], data_layout="NCHW16c",
+                 kernel_layout="OIHW16i16o", out_layout="NCHW16c");
+  %3 = layout_transform(%s, src_layout="CHW", dst_layout="CHW16c");
+  %4 = multiply(%2, %3);
+  %5 = layout_transform(%b, src_layout="CHW", dst_layout="CHW16c");
+  %6 = add(%4, %5);
+  %7 = nn.relu(%6);
+  layout_transform(%7, src_layout="NCHW16c", dst_layout="NCHW")
+}"""), map_free_vars=True)
+    check_same_outputs(before, after)
+
+
+def test_operands_that_broadcast_along_the_channels():
+    # (1, H, W): the channel axis has extent 1, so the block stays 1 (a reshape adds it);
+    # (H, W): not a suffix of NCHW16c's axes, so the missing axes come in front first
+    before = rb.parse(H + """
+def @main(%x: Tensor[(1, 16, 4, 4), float32], %w: Tensor[(16, 16, 1, 1), float32],
+          %m: Tensor[(1, 4, 4), float32], %n: Tensor[(4, 4), float32]) {
+  %0 = nn.conv2d(%x, %w, channels=16, kernel_size=[1, 1]);
+  %1 = multiply(%0, %m);
+  subtract(%n, %1)
+}""")
+    after = alter(before)
+    assert_structural_equal(after, expected("""
+def @main(%x: Tensor[(1, 16, 4, 4), float32], %w: Tensor[(16, 16, 1, 1), float32],
+          %m: Tensor[(1, 4, 4), float32], %n: Tensor[(4, 4), float32]) {
+  %0 = layout_transform(%x, src_layout="NCHW", dst_layout="NCHW16c");
+  %1 = layout_transform(%w, src_layout="OIHW", dst_layout="OIHW16i16o");
+  %2 = nn.conv2d(%0, %1, channels=16, kernel_size=[1, 1], data_layout="NCHW16c",
+                 kernel_layout="OIHW16i16o", out_layout="NCHW16c");
+  %3 = reshape(%m, newshape=[1, 4, 4, 1]);
+  %4 = multiply(%2, %3);
+  %5 = expand_dims(%n, axis=0, num_newaxis=2);
+  %6 = reshape(%5, newshape=[1, 1, 4, 4, 1]);
+  %7 = subtract(%6, %4);
+  layout_transform(%7, src_layout="NCHW16c", dst_layout="NCHW")
+}"""), map_free_vars=True)
+    check_same_outputs(before, after)
+
+
+def test_bias_add_on_blocked_channels_becomes_add():
+    before = rb.parse(H + """
+def @main(%x: Tensor[(1, 8, 4, 4), float32], %w: Tensor[(32, 8, 1, 1), float32], %b: Tensor[(32), float32]) {
+  %0 = nn.conv2d(%x, %w, channels=32, kernel_size=[1, 1]);
+  nn.bias_add(%0, %b)
+}""")
+    after = alter(before)
+    assert_structural_equal(after, expected("""
+def @main(%x: Tensor[(1, 8, 4, 4), float32], %w: Tensor[(32, 8, 1, 1), float32], %b: Tensor[(32), float32]) {
+  %0 = layout_transform(%x, src_layout="NCHW", dst_layout="NCHW8c");
+  %1 = layout_transform(%w, src_layout="OIHW", dst_layout="OIHW8i16o");
+  %2 = nn.conv2d(%0, %1, channels=32, kernel_size=[1, 1], data_layout="NCHW8c",
+                 kernel_layout="OIHW8i16o", out_layout="NCHW16c");
+  %3 = expand_dims(%b, axis=0, num_newaxis=2);
+  %4 = layout_transform(%3, src_layout="HWC", dst_layout="CHW16c");
+  %5 = add(%2, %4);
+  layout_transform(%5, src_layout="NCHW16c", dst_layout="NCHW")
+}"""), map_free_vars=True)
+    check_same_outputs(before, after)
+
+
+def test_one_transform_per_value_and_residual_add_in_the_block_layout():
+    # %x feeds two convolutions: transformed once; the residual add stays blocked
+    before = rb.parse(H + """
+def @main(%x: Tensor[(1, 16, 4, 4), float32], %w1: Tensor[(16, 16, 3, 3), float32],
+          %w2: Tensor[(16, 16, 1, 1), float32]) {
+  %0 = nn.conv2d(%x, %w1, padding=[1, 1, 1, 1], channels=16, kernel_size=[3, 3]);
+  %1 = nn.conv2d(%x, %w2, channels=16, kernel_size=[1, 1]);
+  %2 = add(%0, %1);
+  nn.relu(%2)
+}""")
+    after = alter(before)
+    assert_structural_equal(after, expected("""
+def @main(%x: Tensor[(1, 16, 4, 4), float32], %w1: Tensor[(16, 16, 3, 3), float32],
+          %w2: Tensor[(16, 16, 1, 1), float32]) {
+  %0 = layout_transform(%x, src_layout="NCHW", dst_layout="NCHW16c");
+  %1 = layout_transform(%w1, src_layout="OIHW", dst_layout="OIHW16i16o");
+  %2 = nn.conv2d(%0, %1, padding=[1, 1, 1, 1], channels=16, kernel_size=[3, 3], data_layout="NCHW16c",
+                 kernel_layout="OIHW16i16o", out_layout="NCHW16c");
+  %3 = layout_transform(%w2, src_layout="OIHW", dst_layout="OIHW16i16o");
+  %4 = nn.conv2d(%0, %3, channels=16, kernel_size=[1, 1], data_layout="NCHW16c",
+                 kernel_layout="OIHW16i16o", out_layout="NCHW16c");
+  %5 = add(%2, %4);
+  %6 = nn.relu(%5);
+  layout_transform(%6, src_layout="NCHW16c", dst_layout="NCHW")
+}"""), map_free_vars=True)
+    assert op_histogram(after["main"])["layout_transform"] == 4   # x, w1, w2, the result
+    check_same_outputs(before, after)
+
+
+def test_operator_without_a_rule_gets_the_original_layout_back():
+    before = rb.parse(H + """
+def @main(%x: Tensor[(1, 16, 4, 4), float32], %w: Tensor[(16, 16, 1, 1), float32]) {
+  %0 = nn.conv2d(%x, %w, channels=16, kernel_size=[1, 1]);
+  %1 = transpose(%0, axes=[0, 2, 3, 1]);
+  nn.relu(%1)
+}""")
+    after = alter(before)
+    assert_structural_equal(after, expected("""
+def @main(%x: Tensor[(1, 16, 4, 4), float32], %w: Tensor[(16, 16, 1, 1), float32]) {
+  %0 = layout_transform(%x, src_layout="NCHW", dst_layout="NCHW16c");
+  %1 = layout_transform(%w, src_layout="OIHW", dst_layout="OIHW16i16o");
+  %2 = nn.conv2d(%0, %1, channels=16, kernel_size=[1, 1], data_layout="NCHW16c",
+                 kernel_layout="OIHW16i16o", out_layout="NCHW16c");
+  %3 = layout_transform(%2, src_layout="NCHW16c", dst_layout="NCHW");
+  %4 = transpose(%3, axes=[0, 2, 3, 1]);
+  nn.relu(%4)
+}"""), map_free_vars=True)
+    check_same_outputs(before, after)
+
+
+def test_concatenate_joins_the_outer_blocks():
+    before = rb.parse(H + """
+def @main(%x: Tensor[(1, 16, 4, 4), float32], %w1: Tensor[(16, 16, 1, 1), float32],
+          %w2: Tensor[(32, 16, 1, 1), float32]) {
+  %0 = nn.conv2d(%x, %w1, channels=16, kernel_size=[1, 1]);
+  %1 = nn.conv2d(%x, %w2, channels=32, kernel_size=[1, 1]);
+  concatenate((%0, %1), axis=1)
+}""")
+    after = alter(before)
+    assert_structural_equal(after, expected("""
+def @main(%x: Tensor[(1, 16, 4, 4), float32], %w1: Tensor[(16, 16, 1, 1), float32],
+          %w2: Tensor[(32, 16, 1, 1), float32]) {
+  %0 = layout_transform(%x, src_layout="NCHW", dst_layout="NCHW16c");
+  %1 = layout_transform(%w1, src_layout="OIHW", dst_layout="OIHW16i16o");
+  %2 = nn.conv2d(%0, %1, channels=16, kernel_size=[1, 1], data_layout="NCHW16c",
+                 kernel_layout="OIHW16i16o", out_layout="NCHW16c");
+  %3 = layout_transform(%w2, src_layout="OIHW", dst_layout="OIHW16i16o");
+  %4 = nn.conv2d(%0, %3, channels=32, kernel_size=[1, 1], data_layout="NCHW16c",
+                 kernel_layout="OIHW16i16o", out_layout="NCHW16c");
+  %5 = concatenate((%2, %4), axis=1);
+  layout_transform(%5, src_layout="NCHW16c", dst_layout="NCHW")
+}"""), map_free_vars=True)
+    check_same_outputs(before, after)
+
+
+def test_reductions_over_blocked_channels():
+    # keepdims over H, W stays blocked; a sum over C reduces both of its parts and leaves NHW;
+    # a mean over C with keepdims cannot be blocked (C would be 1 in a 16-block): original layout
+    before = rb.parse(H + """
+def @main(%x: Tensor[(1, 8, 4, 4), float32], %w: Tensor[(32, 8, 1, 1), float32]) {
+  %0 = nn.conv2d(%x, %w, channels=32, kernel_size=[1, 1]);
+  %1 = mean(%0, axis=[2, 3], keepdims=True);
+  %2 = sum(%0, axis=[1]);
+  %3 = mean(%0, axis=[1], keepdims=True);
+  (%1, %2, %3)
+}""")
+    after = alter(before)
+    assert_structural_equal(after, expected("""
+def @main(%x: Tensor[(1, 8, 4, 4), float32], %w: Tensor[(32, 8, 1, 1), float32]) {
+  %0 = layout_transform(%x, src_layout="NCHW", dst_layout="NCHW8c");
+  %1 = layout_transform(%w, src_layout="OIHW", dst_layout="OIHW8i16o");
+  %2 = nn.conv2d(%0, %1, channels=32, kernel_size=[1, 1], data_layout="NCHW8c",
+                 kernel_layout="OIHW8i16o", out_layout="NCHW16c");
+  %3 = mean(%2, axis=[2, 3], keepdims=True);
+  %4 = sum(%2, axis=[1, 4]);
+  %5 = layout_transform(%2, src_layout="NCHW16c", dst_layout="NCHW");
+  %6 = mean(%5, axis=[1], keepdims=True);
+  %7 = layout_transform(%3, src_layout="NCHW16c", dst_layout="NCHW");
+  (%7, %4, %6)
+}"""), map_free_vars=True)
+    args = random_args(before)
+    for a, b in zip(run(after, *args), run(before, *args)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_split_pad_pools_softmax_and_tuples_on_blocked_channels():
+    before = rb.parse(H + """
+def @main(%x: Tensor[(1, 16, 4, 4), float32], %w: Tensor[(64, 16, 1, 1), float32]) {
+  %0 = nn.conv2d(%x, %w, channels=64, kernel_size=[1, 1]);
+  %1 = split(%0, indices_or_sections=2, axis=1);
+  %2 = split(%0, indices_or_sections=[16, 48], axis=1);
+  %3 = split(%0, indices_or_sections=[8], axis=1);
+  %4 = nn.softmax(%0, axis=1);
+  %5 = nn.pad(%0, 0f, pad_width=[[0, 0], [0, 0], [1, 1], [0, 2]]);
+  %6 = nn.global_max_pool2d(%5);
+  %7 = nn.adaptive_avg_pool2d(%5, output_size=[2, 3]);
+  %8 = nn.dropout(%0);
+  (%1.0, %1.1, %2.0, %2.1, %2.2, %3.1, %4, %6, %7, nn.leaky_relu(%0), clip(%8.0, a_min=0f, a_max=1f))
+}""")
+    after = alter(before)
+    splits = {c.attrs["indices_or_sections"]: c for c in calls(after, "split")}
+    # pieces of 32 and cuts at 16 and 48 fall on 16-channel blocks: the outer axis is split
+    # (at blocks 1 and 3); a cut at 8 does not, so that split gets NCHW back
+    assert set(splits) == {2, (1, 3), (8,)}
+    assert splits[(8,)].args[0].op.name == "layout_transform"
+    # softmax along a blocked axis cannot stay blocked; pad and the pools can
+    assert calls(after, "nn.softmax")[0].args[0].op.name == "layout_transform"
+    assert calls(after, "nn.pad")[0].attrs["pad_width"] == ((0, 0), (0, 0), (1, 1), (0, 2), (0, 0))
+    assert {c.attrs["layout"] for c in calls(after, "nn.global_max_pool2d") +
+            calls(after, "nn.adaptive_avg_pool2d")} == {"NCHW16c"}
+    assert calls(after, "nn.dropout")[0].args[0].op.name == "nn.conv2d"
+    args = random_args(before)
+    for a, b in zip(run(after, *args), run(before, *args)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_depthwise_convolution_is_blocked_grouped_keeps_nchw():
+    before = rb.parse(H + """
+def @main(%x: Tensor[(1, 32, 6, 6), float32], %w1: Tensor[(32, 1, 3, 3), float32],
+          %w2: Tensor[(32, 16, 3, 3), float32]) {
+  %0 = nn.conv2d(%x, %w1, padding=[1, 1, 1, 1], groups=32, channels=32, kernel_size=[3, 3]);
+  %1 = nn.relu(%0);
+  nn.conv2d(%1, %w2, padding=[1, 1, 1, 1], groups=2, channels=32, kernel_size=[3, 3])
+}""")
+    after = alter(before)
+    assert_structural_equal(after, expected("""
+def @main(%x: Tensor[(1, 32, 6, 6), float32], %w1: Tensor[(32, 1, 3, 3), float32],
+          %w2: Tensor[(32, 16, 3, 3), float32]) {
+  %0 = layout_transform(%x, src_layout="NCHW", dst_layout="NCHW16c");
+  %1 = layout_transform(%w1, src_layout="OIHW", dst_layout="OIHW1i16o");
+  %2 = nn.conv2d(%0, %1, padding=[1, 1, 1, 1], groups=32, channels=32, kernel_size=[3, 3],
+                 data_layout="NCHW16c", kernel_layout="OIHW1i16o", out_layout="NCHW16c");
+  %3 = nn.relu(%2);
+  %4 = layout_transform(%3, src_layout="NCHW16c", dst_layout="NCHW");
+  nn.conv2d(%4, %w2, padding=[1, 1, 1, 1], groups=2, channels=32, kernel_size=[3, 3])
+}"""), map_free_vars=True)
+    check_same_outputs(before, after)
+
+
+def test_max_block_option_and_pipeline_string():
+    before = rb.parse(H + """
+def @main(%x: Tensor[(1, 16, 4, 4), float32], %w: Tensor[(32, 16, 1, 1), float32]) {
+  nn.conv2d(%x, %w, channels=32, kernel_size=[1, 1])
+}""")
+    with rb.PassContext(opt_level=3):
+        after = rb.passes.parse_pipeline("alter-op-layout{max_block=8}")(before)
+    (conv,) = calls(after, "nn.conv2d")
+    assert (conv.attrs["data_layout"], conv.attrs["kernel_layout"], conv.attrs["out_layout"]) == \
+        ("NCHW8c", "OIHW8i8o", "NCHW8c")
+    check_same_outputs(before, after)
+    with pytest.raises(ValueError, match="max_block"):
+        alter(before, max_block=0)
+
+
+def test_let_and_if_get_values_in_the_original_layout():
+    # the rewriter follows dataflow only; at a let or an if the value is transformed back
+    before = rb.parse(H + """
+def @main(%x: Tensor[(1, 16, 4, 4), float32], %w: Tensor[(16, 16, 1, 1), float32], %c: bool) {
+  let %y = nn.conv2d(%x, %w, channels=16, kernel_size=[1, 1]);
+  let %z = nn.relu(%y);
+  if (%c) { %z } else { nn.relu(add(%z, 1f)) }
+}""")
+    after = alter(before)
+    (conv,) = calls(after, "nn.conv2d")
+    assert conv.attrs["data_layout"] == "NCHW16c"
+    args = random_args(before)
+    for cond in (True, False):
+        args[-1] = np.array(cond)
+        np.testing.assert_allclose(run(after, *args), run(before, *args), rtol=1e-5, atol=1e-6)
+
+
+def test_unchanged_module_is_the_same_object():
+    mod = rb.parse(H + """
+def @main(%x: Tensor[(2, 8), float32], %w: Tensor[(4, 8), float32]) {
+  %0 = nn.dense(%x, %w);
+  nn.softmax(nn.relu(%0))
+}""")
+    assert alter(mod) is mod
+    nhwc = rb.parse(H + """
+def @main(%x: Tensor[(1, 4, 4, 16), float32], %w: Tensor[(1, 1, 16, 16), float32]) {
+  nn.conv2d(%x, %w, channels=16, kernel_size=[1, 1], data_layout="NHWC", kernel_layout="HWIO")
+}""")
+    assert alter(nhwc) is nhwc      # the x86 choice only rewrites NCHW convolutions
+
+
+def test_primitive_functions_are_left_alone():
+    mod = rb.parse(H + """
+def @main(%x: Tensor[(1, 16, 4, 4), float32], %w: Tensor[(16, 16, 1, 1), float32]) {
+  %0 = fn (%p0: Tensor[(1, 16, 4, 4), float32], %p1: Tensor[(16, 16, 1, 1), float32], Primitive=1) {
+    nn.conv2d(%p0, %p1, channels=16, kernel_size=[1, 1])
+  };
+  %0(%x, %w)
+}""")
+    assert alter(mod) is mod
+
+
+# ---------------------------------------------------------------------------------------------
+# The zoo
+
+SMALL = dict(image_shape=(3, 32, 32), num_classes=10)
+
+
+def prepared(name):
+    """The model with batch norm decomposed and the weights bound and folded: what the default
+    pipeline hands AlterOpLayout."""
+    mod, params = rb.models.get(name, **SMALL)
+    with rb.PassContext(opt_level=3):
+        inference = rb.passes.SimplifyInference()(mod)
+        bound = rb.passes.FoldConstant()(rb.passes.bind_params(inference, params))
+    return mod, params, bound
+
+
+def test_resnet18_every_conv_blocked_and_transforms_only_at_the_ends():
+    mod, params, bound = prepared("resnet18")
+    with rb.PassContext(opt_level=3):
+        after = rb.passes.FoldConstant()(rb.passes.AlterOpLayout()(bound))
+    convs = calls(after, "nn.conv2d")
+    assert len(convs) == 20
+    assert all(re.fullmatch(r"NCHW\d+c", c.attrs["data_layout"]) for c in convs)
+    assert all(re.fullmatch(r"OIHW\d+i\d+o", c.attrs["kernel_layout"]) for c in convs)
+    # the stem sees the RGB image as NCHW3c; every other convolution works on 16-channel blocks
+    assert sorted(c.attrs["data_layout"] for c in convs) == ["NCHW16c"] * 19 + ["NCHW3c"]
+    # Exactly two transforms remain once the weights' transforms are folded: the image into
+    # NCHW3c for the stem, and the global pool's NCHW16c output back to NCHW for batch_flatten
+    # (which reads the elements in NCHW order; dense, bias_add and softmax then work on
+    # [N, classes] with no layout). The batch-norm scales and shifts, the residual additions,
+    # the max pool and the global pool all run in NCHW16c.
+    transforms = calls(after, "layout_transform")
+    assert len(transforms) == 2
+    first, last = sorted(transforms, key=lambda t: t.attrs["src_layout"])
+    assert (first.attrs["src_layout"], first.attrs["dst_layout"]) == ("NCHW", "NCHW3c")
+    assert first.args[0] is after["main"].params[0]
+    assert (last.attrs["src_layout"], last.attrs["dst_layout"]) == ("NCHW16c", "NCHW")
+    assert isinstance(last.args[0], rb.Call) and last.args[0].op.name == "nn.global_avg_pool2d"
+    assert calls(after, "nn.batch_flatten")[0].args[0] is last
+    (pool,) = calls(after, "nn.max_pool2d")
+    assert pool.attrs["layout"] == "NCHW16c"
+    data = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype("float32")
+    np.testing.assert_allclose(run(after, data), run(mod, data, *params.values()), rtol=1e-4, atol=1e-7)
+
+
+@pytest.mark.parametrize("name", ["mobilenet_v2", "vgg16"])
+def test_zoo_blocked_keeps_semantics(name):
+    mod, params, bound = prepared(name)
+    with rb.PassContext(opt_level=3):
+        after = rb.passes.FoldConstant()(rb.passes.AlterOpLayout()(bound))
+    assert all(re.fullmatch(r"NCHW\d+c", c.attrs["data_layout"]) for c in calls(after, "nn.conv2d"))
+    assert len(calls(after, "layout_transform")) == 2
+    data = np.random.default_rng(1).standard_normal((1, 3, 32, 32)).astype("float32")
+    np.testing.assert_allclose(run(after, data), run(mod, data, *params.values()), rtol=1e-4, atol=1e-7)
+
+
+def test_chain_of_100000_ops():
+    x, w = rb.var("x", shape=(1, 8, 2, 2)), rb.var("w", shape=(8, 8, 1, 1))
+    y = op.nn.conv2d(x, w, channels=8, kernel_size=1)
+    one, half = rb.const(1.0), rb.const(0.5)
+    for i in range(100_000):
+        y = op.add(y, one) if i % 2 == 0 else op.multiply(y, half)
+    after = alter(rb.IRModule.from_expr(rb.Function([x, w], y)))
+    body = after["main"].body
+    assert body.op.name == "layout_transform" and body.attrs["src_layout"] == "NCHW8c"
+    assert body.args[0].op.name == "multiply"
+    hist = op_histogram(after["main"])
+    assert hist["add"] == hist["multiply"] == 50_000 and hist["layout_transform"] == 3
