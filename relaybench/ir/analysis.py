@@ -14,7 +14,8 @@ from collections import Counter
 from .expr import Call, Expr, Function, Let, Match, Op, Var, pattern_vars
 from .functor import post_order
 
-__all__ = ["free_vars", "bound_vars", "all_vars", "count_ops", "op_histogram", "count_nodes"]
+__all__ = ["free_vars", "bound_vars", "all_vars", "count_ops", "op_histogram", "count_nodes",
+           "strongly_connected_components"]
 
 
 def _binders(node) -> list:
@@ -92,3 +93,52 @@ def count_nodes(expr) -> int:
     for root in roots:
         seen.update(post_order(root))
     return len(seen)
+
+
+def strongly_connected_components(nodes: list, edges: dict) -> list:
+    """Tarjan's algorithm, iteratively: the components of the graph ``edges`` (node -> successors),
+    each as a list, every component after the components it reaches (dependencies first)."""
+    index: dict = {}
+    low: dict = {}
+    on_stack: set = set()
+    stack: list = []
+    out: list = []
+    counter = 0
+    for start in nodes:
+        if start in index:
+            continue
+        work = [(start, iter(edges.get(start, ())))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            v, it = work[-1]
+            advanced = False
+            for w in it:
+                if w not in index:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(edges.get(w, ()))))
+                    advanced = True
+                    break
+                if w in on_stack:
+                    low[v] = min(low[v], index[w])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                u = work[-1][0]
+                low[u] = min(low[u], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    comp.append(w)
+                    if w is v:
+                        break
+                out.append(list(reversed(comp)))
+    return out

@@ -47,7 +47,7 @@ from .expr import (Call, Constant, Constructor, Expr, Function, GlobalVar, If, L
 from .module import IRModule
 from .symbolic import format_dim
 from .types import (FuncType, GlobalTypeVar, IncompleteType, RefType, TensorType, TupleType, Type,
-                    TypeCall, TypeRelation, TypeVar)
+                    TypeCall, TypeRelation, TypeVar, type_children)
 
 __all__ = ["astext", "VERSION", "format_scalar"]
 
@@ -303,7 +303,7 @@ class _Printer:
             key = id(node)
             if key in memo:
                 continue
-            kids = _type_children(node)
+            kids = type_children(node)
             if not ready:
                 stack.append((node, True))
                 stack.extend((k, False) for k in kids if id(k) not in memo)
@@ -342,20 +342,6 @@ class _Printer:
     # ---- one root: a global function or a lone expression --------------------------------
     def root_text(self, root: Expr, gvar: Optional[GlobalVar]) -> str:
         return _RootPrinter(self, root, gvar).run()
-
-
-def _type_children(t) -> list:
-    if isinstance(t, TupleType):
-        return list(t.fields)
-    if isinstance(t, FuncType):
-        return list(t.arg_types) + [t.ret_type] + list(t.type_constraints)
-    if isinstance(t, TypeCall):
-        return [t.func] + list(t.args)
-    if isinstance(t, RefType):
-        return [t.value]
-    if isinstance(t, TypeRelation):
-        return list(t.args)
-    return []
 
 
 def _unique(base: str, taken: set, counters: Optional[dict] = None) -> str:

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from .analysis import strongly_connected_components
 from ..errors import TypeInferenceError
 from .attrs import Attrs
 from .expr import (Call, Constant, Constructor, Expr, Function, GlobalVar, If, Let, Match, Op,
@@ -594,57 +595,10 @@ def _children(node: Expr) -> tuple:
 # ---------------------------------------------------------------------------------------------
 # Modules
 
+
 def _referenced_globals(fn: Function) -> list:
     from .functor import post_order
     return [n for n in post_order(fn) if type(n) is GlobalVar]
-
-
-def _strongly_connected(nodes: list, edges: dict) -> list:
-    """Tarjan's algorithm, iteratively; components come out dependencies first."""
-    index: dict = {}
-    low: dict = {}
-    on_stack: set = set()
-    stack: list = []
-    out: list = []
-    counter = 0
-    for start in nodes:
-        if start in index:
-            continue
-        work = [(start, iter(edges.get(start, ())))]
-        index[start] = low[start] = counter
-        counter += 1
-        stack.append(start)
-        on_stack.add(start)
-        while work:
-            v, it = work[-1]
-            advanced = False
-            for w in it:
-                if w not in index:
-                    index[w] = low[w] = counter
-                    counter += 1
-                    stack.append(w)
-                    on_stack.add(w)
-                    work.append((w, iter(edges.get(w, ()))))
-                    advanced = True
-                    break
-                if w in on_stack:
-                    low[v] = min(low[v], index[w])
-            if advanced:
-                continue
-            work.pop()
-            if work:
-                u = work[-1][0]
-                low[u] = min(low[u], low[v])
-            if low[v] == index[v]:
-                comp = []
-                while True:
-                    w = stack.pop()
-                    on_stack.discard(w)
-                    comp.append(w)
-                    if w is v:
-                        break
-                out.append(list(reversed(comp)))
-    return out
 
 
 def _infer_functions(mod) -> dict:
@@ -667,7 +621,7 @@ def _infer_functions(mod) -> dict:
                     seen.add(ref)
                     deps.append(ref)
             edges[gv] = deps
-        groups = _strongly_connected(gvs, edges)
+        groups = strongly_connected_components(gvs, edges)
     signatures = dict(declared)
     for group in groups:
         if not group:

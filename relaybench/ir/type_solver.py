@@ -45,7 +45,7 @@ from typing import Optional
 from ..errors import TypeInferenceError
 from .symbolic import ANY, SymExpr, SymVar, floordiv, format_dim, free_symvars, mul, sub, substitute
 from .types import (FuncType, IncompleteType, RefType, TensorType, TupleType, Type, TypeCall,
-                    TypeRelation, TypeVar, type_str)
+                    TypeRelation, TypeVar, type_children, type_str)
 
 __all__ = ["DimHole", "UnifyError", "Relation", "TypeSolver", "map_type", "contains_holes",
            "contains_dim_holes",
@@ -105,21 +105,6 @@ class Relation:
 
 # ---------------------------------------------------------------------------------------------
 # Generic helpers over type trees (iterative: a type may be as deep as the program that built it).
-
-def type_children(t: Type) -> tuple:
-    cls = type(t)
-    if cls is TupleType:
-        return t.fields
-    if cls is FuncType:
-        return t.arg_types + (t.ret_type,) + t.type_constraints
-    if cls is TypeCall:
-        return (t.func,) + t.args
-    if cls is RefType:
-        return (t.value,)
-    if cls is TypeRelation:
-        return t.args
-    return ()
-
 
 def _rebuild(t: Type, kids: list) -> Type:
     old = type_children(t)

@@ -212,18 +212,20 @@ def unit_type() -> TupleType:
 # ---------------------------------------------------------------------------------------------
 # Printing types. Iterative, so a deeply nested type cannot overflow the stack.
 
-def _type_children(t: Type) -> list:
-    if isinstance(t, TupleType):
-        return list(t.fields)
-    if isinstance(t, FuncType):
-        return list(t.arg_types) + [t.ret_type] + list(t.type_constraints)
-    if isinstance(t, TypeCall):
-        return [t.func] + list(t.args)
-    if isinstance(t, RefType):
-        return [t.value]
-    if isinstance(t, TypeRelation):
-        return list(t.args)
-    return []
+def type_children(t: Type) -> tuple:
+    """The types directly inside ``t`` (tuple fields, argument and return types, ...)."""
+    cls = type(t)
+    if cls is TupleType:
+        return t.fields
+    if cls is FuncType:
+        return t.arg_types + (t.ret_type,) + t.type_constraints
+    if cls is TypeCall:
+        return (t.func,) + t.args
+    if cls is RefType:
+        return (t.value,)
+    if cls is TypeRelation:
+        return t.args
+    return ()
 
 
 def type_str(t: Type, names: Optional[dict] = None) -> str:
@@ -235,7 +237,7 @@ def type_str(t: Type, names: Optional[dict] = None) -> str:
         node, ready = stack.pop()
         if id(node) in memo:
             continue
-        kids = _type_children(node)
+        kids = type_children(node)
         if not ready:
             stack.append((node, True))
             for k in kids:

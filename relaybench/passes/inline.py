@@ -38,6 +38,7 @@ from __future__ import annotations
 from ..ir.attrs import Attrs
 from ..ir.expr import (Call, Clause, Expr, Function, GlobalVar, If, Let, Match, RefCreate, RefRead, RefWrite,
                        Tuple, TupleGetItem, Var, expr_children)
+from ..ir.analysis import strongly_connected_components
 from ..ir.functor import ExprMutator, post_order
 from ..ir.module import IRModule
 from ..ir.symbolic import free_symvars
@@ -59,54 +60,16 @@ def _references(func: Function) -> set:
 
 
 def _callees_first(refs: dict) -> tuple:
-    """The strongly connected components of the reference graph, each after those it uses (Tarjan's
-    algorithm, iteratively), and the set of names that are recursive (in a cycle, or self-using)."""
-    index: dict = {}
-    low: dict = {}
-    on_stack: set = set()
-    stack: list = []
+    """The globals in an order where each comes after those it uses (strongly connected
+    components, dependencies first), and the set of names that are recursive (in a cycle, or
+    self-using)."""
+    edges = {name: sorted(refs[name] & refs.keys()) for name in refs}
     order: list = []
     recursive: set = set()
-    counter = 0
-    for root in refs:
-        if root in index:
-            continue
-        work = [(root, iter(sorted(refs[root] & refs.keys())))]
-        index[root] = low[root] = counter
-        counter += 1
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            v, it = work[-1]
-            advanced = False
-            for w in it:
-                if w not in index:
-                    index[w] = low[w] = counter
-                    counter += 1
-                    stack.append(w)
-                    on_stack.add(w)
-                    work.append((w, iter(sorted(refs[w] & refs.keys()))))
-                    advanced = True
-                    break
-                if w in on_stack:
-                    low[v] = min(low[v], index[w])
-            if advanced:
-                continue
-            work.pop()
-            if work:
-                parent = work[-1][0]
-                low[parent] = min(low[parent], low[v])
-            if low[v] == index[v]:
-                comp = []
-                while True:
-                    w = stack.pop()
-                    on_stack.discard(w)
-                    comp.append(w)
-                    if w == v:
-                        break
-                if len(comp) > 1 or v in refs[v]:
-                    recursive.update(comp)
-                order.extend(comp)
+    for comp in strongly_connected_components(list(refs), edges):
+        if len(comp) > 1 or comp[0] in refs[comp[0]]:
+            recursive.update(comp)
+        order.extend(comp)
     return order, recursive
 
 
