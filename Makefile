@@ -10,7 +10,7 @@ EXTRAS := test,lab
 # Extra flags for `make lab`; jupyter refuses to run as root without --allow-root (containers).
 LAB_FLAGS ?= $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: venv lab test bench-scale clean distclean
+.PHONY: venv lab test notebooks bench-scale clean distclean
 
 venv: $(STAMP)
 
@@ -35,6 +35,11 @@ test: venv
 	if [ $$rc -eq 5 ]; then echo "notebooks: none collected"; \
 	elif [ $$rc -ne 0 ]; then status=1; fi; \
 	exit $$status
+
+# Rewrite the tutorial notebooks from notebooks/src/ and execute them (their saved outputs are
+# what nbval checks).
+notebooks: venv
+	$(PY) notebooks/src/build.py
 
 bench-scale: venv
 	$(PY) bench/scale.py
