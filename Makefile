@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.stamp
-EXTRAS := test,lab
+EXTRAS := test,lab,llvm
 # Extra flags for `make lab`; jupyter refuses to run as root without --allow-root (containers).
 LAB_FLAGS ?= $(if $(filter 0,$(shell id -u)),--allow-root)
 
@@ -14,8 +14,8 @@ LAB_FLAGS ?= $(if $(filter 0,$(shell id -u)),--allow-root)
 
 venv: $(STAMP)
 
-# Reinstall only when pyproject.toml is newer than the stamp.
-$(STAMP): pyproject.toml
+# Reinstall only when pyproject.toml (or the extras named here) changed since the last install.
+$(STAMP): pyproject.toml Makefile
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[$(EXTRAS)]'
 	@touch $@

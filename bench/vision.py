@@ -1,0 +1,462 @@
+"""The paper's vision models against the peers: relaybench, PyTorch eager and ONNX Runtime.
+
+    python bench/vision.py [--models resnet18,mobilenet_v2,vgg16,dqn] [--threads 1,2]
+                           [--repeat 15] [--number 0] [--out bench/out] [--quick]
+
+ResNet-18, MobileNet V2 and VGG-16 (1x3x224x224) and the DQN (1x4x84x84), batch 1, float32. All
+engines compute the same function from the same weights: relaybench's zoo model and its params;
+the PyTorch twin of ``bench/torch_models.py`` with those params loaded; and ONNX Runtime on the
+ONNX file exported from that PyTorch module. Their outputs are compared before anything is timed.
+
+Timing. For each model and thread count, every engine is warmed up, then the repetitions are
+interleaved: repetition ``r`` runs each engine once (``number`` calls, timed together and
+divided), starting from engine ``r mod n``, so a drift of the machine's clock or load touches
+every engine alike. A pause of 50 ms separates the engines, so the threads that one leaves
+spinning after its call (ONNX Runtime's for about 20 ms, PyTorch's for a few) do not steal cycles
+from the next; OpenBLAS's, which spin for about 0.1 s, are told not to
+(``OPENBLAS_THREAD_TIMEOUT``). Each engine's median and interquartile range are reported, and
+its speed relative to PyTorch eager (PyTorch's median over the engine's: above 1 is faster).
+
+Threads: ``torch.set_num_threads``; ONNX Runtime's ``intra_op_num_threads`` (one inter-op
+thread, sequential execution); relaybench's ``RB_NUM_THREADS``.
+
+The relaybench column is :func:`relaybench_engine`: ``relaybench.build`` where it exists, and
+otherwise the reference interpreter, labelled "relaybench (interpreter)": that column is numpy
+running Relay's semantics, not compiled code, and its threads are those of numpy's OpenBLAS
+(set through the library's ``openblas_set_num_threads`` where numpy bundles it). With
+``relaybench.build``, the compile time is also measured, cold (an empty ``RB_CACHE_DIR``) and
+cached (the same build again).
+
+Prints the load average at the start and the end (compare only runs on an idle machine), and
+writes every raw timing to ``OUT/vision-<time>.json``. Needs the bench extra:
+``pip install -e '.[bench]'``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import os
+import platform
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+# OpenBLAS (numpy's BLAS, under the interpreter) keeps its threads spinning for about 0.1 s after
+# each call, which would take a core from whichever engine runs next; this makes them sleep at
+# once. It must be set before numpy is first imported.
+os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
+
+import numpy as np  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+
+# name -> (table label, input shape, keyword arguments of both builders)
+MODELS = {
+    "resnet18": ("ResNet-18", (1, 3, 224, 224), {}),
+    "mobilenet_v2": ("MobileNet V2", (1, 3, 224, 224), {}),
+    "vgg16": ("VGG-16", (1, 3, 224, 224), {}),
+    "dqn": ("DQN", (1, 4, 84, 84), {}),
+}
+
+# outputs of two engines agree when |a - b| <= ATOL * max|b| + RTOL * |b|
+RTOL, ATOL = 1e-3, 1e-4
+PAUSE_S = 0.05          # between two engines' blocks of calls: ONNX Runtime spins about 20 ms
+AUTO_BLOCK_S = 0.2      # with --number 0, each block of calls lasts about this long
+
+
+def _load_torch_models():
+    try:
+        import torch  # noqa: F401
+        import onnxruntime  # noqa: F401
+    except ImportError as exc:
+        raise SystemExit(f"bench/vision.py needs the bench extra (pip install -e '.[bench]'): {exc}")
+    spec = importlib.util.spec_from_file_location("bench_torch_models", HERE / "torch_models.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@dataclass
+class Engine:
+    """One way of running one model: ``run(data)`` returns the output as a numpy array (or
+    something ``np.asarray`` takes); ``prepare()`` runs, untimed, before each block of calls."""
+
+    key: str
+    label: str
+    run: Callable[[np.ndarray], object]
+    prepare: Callable[[], None] = lambda: None
+    setup_s: float = 0.0
+    info: dict = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------------------
+# The engines
+
+def torch_engine(net, threads: int) -> Engine:
+    import torch
+
+    def prepare():
+        torch.set_num_threads(threads)
+
+    def run(data):
+        with torch.inference_mode():
+            return net(torch.from_numpy(data)).numpy()
+
+    return Engine("pytorch", "PyTorch eager", run, prepare)
+
+
+def onnxruntime_engine(onnx_path: str, threads: int) -> Engine:
+    import onnxruntime as ort
+    start = time.perf_counter()
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    session = ort.InferenceSession(onnx_path, options, providers=["CPUExecutionProvider"])
+    setup = time.perf_counter() - start
+    name = session.get_inputs()[0].name
+
+    def run(data):
+        return session.run(None, {name: data})[0]
+
+    return Engine("onnxruntime", "ONNX Runtime", run, setup_s=setup)
+
+
+def _first_output(result):
+    if isinstance(result, (list, tuple)):
+        result = result[0]
+    if hasattr(result, "numpy") and not isinstance(result, np.ndarray):
+        result = result.numpy()
+    return result
+
+
+_BLAS_SET_THREADS = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
+                     "openblas_set_num_threads64_", "openblas_set_num_threads")
+
+
+def numpy_blas_threads() -> Optional[Callable[[int], None]]:
+    """A function that sets the thread count of numpy's bundled OpenBLAS, or None where numpy
+    bundles no OpenBLAS that exports one (the count is then whatever the library chose)."""
+    import ctypes
+    import glob
+    libs = Path(np.__file__).resolve().parent.parent / "numpy.libs"
+    for path in sorted(glob.glob(str(libs / "*openblas*.so*"))):
+        try:
+            lib = ctypes.CDLL(path)     # the copy numpy has loaded already: same handle
+        except OSError:
+            continue
+        for symbol in _BLAS_SET_THREADS:
+            if hasattr(lib, symbol):
+                setter = getattr(lib, symbol)
+                setter.argtypes, setter.restype = [ctypes.c_int], None
+                return setter
+    return None
+
+
+def relaybench_engine(mod, params, threads: int) -> Engine:
+    """relaybench compiled with ``relaybench.build`` (target llvm, opt_level 3) where the package
+    has it; otherwise the reference interpreter, labelled as such. A build that fails falls back
+    to the interpreter too, with the error printed and kept in ``info``."""
+    import relaybench as rb
+    from relaybench import config
+
+    info: dict = {}
+    if hasattr(rb, "build"):
+        try:
+            start = time.perf_counter()
+            with config.Context(RB_NUM_THREADS=threads):
+                lib = rb.build(mod, target="llvm", params=params, opt_level=3)
+            setup = time.perf_counter() - start
+
+            def run(data):
+                with config.Context(RB_NUM_THREADS=threads):
+                    return _first_output(lib.run(data=data))
+
+            return Engine("relaybench", "relaybench", run, setup_s=setup, info={"compiled": True})
+        except Exception as exc:   # report it, and still give the run a relaybench column
+            info["build_error"] = f"{type(exc).__name__}: {exc}"
+            print(f"  relaybench.build failed ({info['build_error']}); using the interpreter",
+                  file=sys.stderr)
+    start = time.perf_counter()
+    evaluate = rb.create_executor("interpreter", mod=mod).evaluate()
+    setup = time.perf_counter() - start
+
+    def run(data):
+        return evaluate(data, **params)
+
+    set_blas_threads = numpy_blas_threads()
+    info["blas_threads"] = threads if set_blas_threads else "not set: numpy's BLAS chooses"
+
+    def prepare():
+        if set_blas_threads is not None:
+            set_blas_threads(threads)
+
+    return Engine("relaybench", "relaybench (interpreter)", run, prepare, setup_s=setup,
+                  info=dict(info, compiled=False))
+
+
+def relaybench_compile_times(mod, params, threads: int) -> Optional[dict]:
+    """Seconds to ``relaybench.build`` the model with an empty kernel cache, then again with the
+    cache it filled; None without ``relaybench.build`` or when the build fails."""
+    import relaybench as rb
+    from relaybench import config
+    if not hasattr(rb, "build"):
+        return None
+    times = {}
+    with tempfile.TemporaryDirectory(prefix="rb-vision-cache-") as cache:
+        with config.Context(RB_CACHE_DIR=cache, RB_NUM_THREADS=threads):
+            try:
+                for kind in ("cold", "cached"):
+                    start = time.perf_counter()
+                    rb.build(mod, target="llvm", params=params, opt_level=3)
+                    times[kind] = time.perf_counter() - start
+            except Exception as exc:
+                print(f"  relaybench.build failed while timing the compile: {type(exc).__name__}: {exc}",
+                      file=sys.stderr)
+                return None
+    return times
+
+
+# ---------------------------------------------------------------------------------------------
+# Timing
+
+def _input(name: str, shape) -> np.ndarray:
+    rng = np.random.default_rng(2019)
+    if name == "dqn":   # frames in [0, 1]
+        return rng.uniform(0.0, 1.0, shape).astype("float32")
+    return rng.standard_normal(shape).astype("float32")
+
+
+def check_agreement(engines, data, reference_key="pytorch") -> dict:
+    """Run each engine once and compare its output with the reference engine's; raise naming the
+    engine when they differ. Returns the largest absolute difference per engine."""
+    outputs = {e.key: np.asarray(_first_output(e.run(data))) for e in engines}
+    ref = outputs[reference_key]
+    diffs = {}
+    for e in engines:
+        out = outputs[e.key]
+        if out.shape != ref.shape:
+            raise RuntimeError(f"{e.label}: output shape {out.shape}, {reference_key} gives {ref.shape}")
+        diffs[e.key] = float(np.max(np.abs(out - ref)))
+        if not np.allclose(out, ref, rtol=RTOL, atol=ATOL * float(np.max(np.abs(ref)))):
+            raise RuntimeError(f"{e.label}: output differs from {reference_key}'s by up to "
+                               f"{diffs[e.key]:.3g} (largest |output| {float(np.max(np.abs(ref))):.3g})")
+    return diffs
+
+
+def time_interleaved(engines, data, repeat: int, number: int, warmup: int) -> dict:
+    """Per engine key: the seconds per call of each repetition, and the calls per repetition.
+
+    ``number`` 0 picks, per engine, enough calls for a block of about ``AUTO_BLOCK_S``."""
+    numbers = {}
+    for e in engines:
+        e.prepare()
+        start = time.perf_counter()
+        for _ in range(max(1, warmup)):
+            e.run(data)
+        per_call = (time.perf_counter() - start) / max(1, warmup)
+        numbers[e.key] = number or max(1, math.ceil(AUTO_BLOCK_S / max(per_call, 1e-9)))
+    times = {e.key: [] for e in engines}
+    for r in range(repeat):
+        order = engines[r % len(engines):] + engines[:r % len(engines)]
+        for e in order:
+            e.prepare()
+            time.sleep(PAUSE_S)
+            n = numbers[e.key]
+            start = time.perf_counter()
+            for _ in range(n):
+                e.run(data)
+            times[e.key].append((time.perf_counter() - start) / n)
+    return {"times_s": times, "number": numbers}
+
+
+def summarize(samples) -> dict:
+    q1, median, q3 = np.percentile(samples, [25, 50, 75])
+    return {"median_s": float(median), "q1_s": float(q1), "q3_s": float(q3),
+            "min_s": float(min(samples)), "max_s": float(max(samples))}
+
+
+# ---------------------------------------------------------------------------------------------
+# The machine and the table
+
+def machine() -> dict:
+    info = {"python": platform.python_version(), "platform": platform.platform(),
+            "cores": os.cpu_count(), "cpu": platform.processor() or "unknown", "avx512f": False}
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+        for line in text.splitlines():
+            if line.startswith("model name"):
+                info["cpu"] = line.split(":", 1)[1].strip()
+            if line.startswith("flags"):
+                info["avx512f"] = "avx512f" in line.split()
+                break
+    except OSError:
+        pass
+    return info
+
+
+def versions() -> dict:
+    import onnxruntime
+    import torch
+
+    import relaybench
+    return {"relaybench": relaybench.__version__, "numpy": np.__version__, "torch": torch.__version__,
+            "onnxruntime": onnxruntime.__version__}
+
+
+def _load() -> str:
+    try:
+        return " ".join(f"{v:.2f}" for v in os.getloadavg())
+    except OSError:
+        return "unknown"
+
+
+def table(rows) -> str:
+    """A Markdown table: one row per model and thread count, each engine's median in ms with its
+    interquartile range as +-half of it in %, and each engine's speed relative to PyTorch eager."""
+    labels = []
+    for row in rows:
+        for key, res in row["engines"].items():
+            if (key, res["label"]) not in labels:
+                labels.append((key, res["label"]))
+    head = ["model", "threads"] + [f"{label} (ms)" for _, label in labels]
+    head += [f"{label} vs PyTorch" for key, label in labels if key != "pytorch"]
+    rule = ["---", "---:"] + ["---:"] * (len(head) - 2)
+    lines = ["| " + " | ".join(head) + " |", "| " + " | ".join(rule) + " |"]
+    for row in rows:
+        cells = [row["label"], str(row["threads"])]
+        engines = row["engines"]
+        for key, label in labels:
+            res = engines.get(key)
+            if res is None or res["label"] != label:
+                cells.append("")
+                continue
+            half_iqr = (res["q3_s"] - res["q1_s"]) / 2 / res["median_s"] * 100
+            cells.append(f"{res['median_s'] * 1e3:.2f} ±{half_iqr:.0f}%")
+        torch_median = engines["pytorch"]["median_s"]
+        for key, label in labels:
+            if key == "pytorch":
+                continue
+            res = engines.get(key)
+            ok = res is not None and res["label"] == label
+            cells.append(f"{torch_median / res['median_s']:.2f}x" if ok else "")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+
+def run_model(tm, name: str, threads_list, repeat: int, number: int, warmup: int, workdir: Path) -> list:
+    import relaybench as rb
+    label, shape, kwargs = MODELS[name]
+    print(f"{label}: building the models", flush=True)
+    mod, params = getattr(rb.models, name)(batch_size=shape[0], image_shape=shape[1:], **kwargs)
+    data = _input(name, shape)
+    net = tm.load_params(tm.build(name, image_shape=shape[1:], **kwargs), params)
+    onnx_path = tm.export_onnx(net, data, workdir / f"{name}.onnx")
+    compile_times = relaybench_compile_times(mod, params, max(threads_list))
+    rows = []
+    for threads in threads_list:
+        engines = [torch_engine(net, threads), onnxruntime_engine(onnx_path, threads),
+                   relaybench_engine(mod, params, threads)]
+        diffs = check_agreement(engines, data)
+        timed = time_interleaved(engines, data, repeat, number, warmup)
+        row = {"model": name, "label": label, "threads": threads, "input_shape": list(shape),
+               "engines": {}}
+        for e in engines:
+            row["engines"][e.key] = dict(label=e.label, setup_s=e.setup_s,
+                                         max_abs_diff_vs_pytorch=diffs[e.key],
+                                         number=timed["number"][e.key], times_s=timed["times_s"][e.key],
+                                         **summarize(timed["times_s"][e.key]), **e.info)
+        if compile_times is not None:
+            row["engines"]["relaybench"]["compile_s"] = compile_times
+        rows.append(row)
+        medians = ", ".join(f"{e.label} {row['engines'][e.key]['median_s'] * 1e3:.2f} ms" for e in engines)
+        print(f"  {threads} thread(s): {medians}", flush=True)
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default=",".join(MODELS), help="comma-separated, from: " + ", ".join(MODELS))
+    ap.add_argument("--threads", default="1,2", help="comma-separated thread counts")
+    ap.add_argument("--repeat", type=int, default=15, help="interleaved repetitions per engine")
+    ap.add_argument("--number", type=int, default=0,
+                    help=f"calls per repetition (0: enough for about {AUTO_BLOCK_S} s per block)")
+    ap.add_argument("--warmup", type=int, default=2, help="untimed calls per engine before timing")
+    ap.add_argument("--out", default=str(HERE / "out"), help="folder for the JSON of raw timings")
+    ap.add_argument("--quick", action="store_true", help="a small run: --repeat 5 --number 1 --warmup 1")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.repeat, args.number, args.warmup = 5, 1, 1
+    names = [m.strip() for m in args.models.split(",") if m.strip()]
+    unknown = [m for m in names if m not in MODELS]
+    if unknown:
+        ap.error(f"unknown model(s) {', '.join(unknown)}; available: {', '.join(MODELS)}")
+    threads_list = [int(t) for t in args.threads.split(",")]
+    if any(t < 1 for t in threads_list) or args.repeat < 1 or args.number < 0:
+        ap.error("--threads must be positive, --repeat at least 1, --number at least 0")
+
+    tm = _load_torch_models()
+    import relaybench as rb
+    import torch
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:   # already set, or parallel work already started
+        pass
+
+    load_start = _load()
+    print(f"load average at start: {load_start}")
+    mach, vers = machine(), versions()
+    print(f"machine: {mach['cpu']}, {mach['cores']} cores, AVX-512 {'yes' if mach['avx512f'] else 'no'}; "
+          + ", ".join(f"{k} {v}" for k, v in vers.items()))
+    if not hasattr(rb, "build"):
+        print("relaybench.build does not exist yet: the relaybench column is the reference interpreter "
+              "(numpy), not compiled code; its threads are numpy's OpenBLAS threads.")
+    print(f"repeat {args.repeat}, number {args.number or 'auto'}, warmup {args.warmup}", flush=True)
+
+    started = time.strftime("%Y%m%d-%H%M%S")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="rb-vision-onnx-") as workdir:
+        for name in names:
+            rows += run_model(tm, name, threads_list, args.repeat, args.number, args.warmup, Path(workdir))
+    load_end = _load()
+
+    print()
+    print(table(rows))
+    compiled = [r for r in rows if "compile_s" in r["engines"]["relaybench"]]
+    if compiled:
+        print()
+        print("| model | relaybench compile, cold (s) | cached (s) |")
+        print("| --- | ---: | ---: |")
+        seen = set()
+        for r in compiled:
+            if r["model"] not in seen:
+                seen.add(r["model"])
+                c = r["engines"]["relaybench"]["compile_s"]
+                print(f"| {r['label']} | {c['cold']:.2f} | {c['cached']:.2f} |")
+    print()
+    print(f"load average at end: {load_end}")
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"vision-{started}.json"
+    record = {"started": started, "machine": mach, "versions": vers, "load_average_start": load_start,
+              "load_average_end": load_end,
+              "settings": {"repeat": args.repeat, "number": args.number, "warmup": args.warmup,
+                           "threads": threads_list, "pause_s": PAUSE_S, "rtol": RTOL, "atol": ATOL},
+              "results": rows}
+    path.write_text(json.dumps(record, indent=1))
+    print(f"raw timings: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,319 @@
+"""The LLVM JIT: LLVM IR in, callable machine code for the host CPU out.
+
+One process-wide :class:`JIT` (``get_jit()``) owns an MCJIT execution engine for the host (its
+triple, CPU name and features, so AVX-512 is used where present). ``compile_module`` takes an
+``llvmlite.ir.Module`` (or its text), verifies it, optimizes it at -O3 with LLVM's new pass
+manager, turns it into object code and loads that into the engine. Object code is the one path
+for every kernel: a kernel compiled now and one read back from the on-disk cache
+(:mod:`.cache`) are loaded the same way, so a second process skips LLVM's optimizer and code
+generator altogether.
+
+Every function a module defines with external linkage gets a unique symbol (its name plus the
+first hex digits of the kernel's cache key), so many modules, each with a function called
+``main`` or ``kernel``, live side by side in the one engine. ``CompiledModule`` maps the names
+back: ``address("vadd")``, ``function("vadd", argtypes)``.
+
+The vectorizer on x86 prefers 256-bit vectors unless a function asks for more;
+:func:`prefer_vector_width` adds the ``"prefer-vector-width"="512"`` attribute to an
+``llvmlite.ir.Function``. ``source("llvm")`` shows the optimized IR and ``source("asm")`` the
+assembly, where 512-bit registers appear as ``zmm``.
+
+Example (needs llvmlite, the ``llvm`` extra)::
+
+    >>> from llvmlite import ir
+    >>> mod = ir.Module("demo")
+    >>> fn = ir.Function(mod, ir.FunctionType(ir.IntType(64), [ir.IntType(64)]), "twice")
+    >>> b = ir.IRBuilder(fn.append_basic_block("entry"))
+    >>> _ = b.ret(b.mul(fn.args[0], ir.Constant(ir.IntType(64), 2)))
+    >>> import ctypes
+    >>> compiled = compile_module(mod, cache=False)
+    >>> compiled.function("twice", [ctypes.c_int64], restype=ctypes.c_int64)(21)
+    42
+    >>> "ret i64" in compiled.source("llvm")
+    True
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ... import config
+from ...errors import CompileError
+from .cache import CacheEntry, KernelCache, cache_key
+
+__all__ = ["HostTarget", "JIT", "CompiledModule", "host_target", "get_jit", "compile_module",
+           "prefer_vector_width"]
+
+_SOURCE_KINDS = ("llvm", "asm")
+
+
+def _binding():
+    """``llvmlite.binding``, initialized once for the native target; a clear error if absent."""
+    try:
+        import llvmlite.binding as llvm
+    except ImportError:
+        raise ImportError("the LLVM backend needs llvmlite: install the extra with "
+                          "`pip install 'relaybench[llvm]'`") from None
+    with _init_lock:
+        global _initialized
+        if not _initialized:
+            llvm.initialize_native_target()
+            llvm.initialize_native_asmprinter()
+            _initialized = True
+    return llvm
+
+
+_init_lock = threading.Lock()
+_initialized = False
+
+
+@dataclass(frozen=True)
+class HostTarget:
+    """The host as LLVM sees it: triple, CPU name and features (``+avx512f,...``)."""
+
+    triple: str
+    cpu: str
+    features: str
+
+    def create_target_machine(self):
+        """A new target machine for the host (-O3, JIT code model).
+
+        An MCJIT engine takes ownership of the machine it is given, so each user makes its own.
+        """
+        llvm = _binding()
+        return llvm.Target.from_triple(self.triple).create_target_machine(
+            cpu=self.cpu, features=self.features, opt=3, jit=True)
+
+    @property
+    def identity(self) -> str:
+        """What compiled code depends on; part of every cache key."""
+        return f"{self.triple}/{self.cpu}/{self.features}"
+
+    @property
+    def has_avx512(self) -> bool:
+        return "+avx512f" in self.features.split(",")
+
+
+_host: HostTarget | None = None
+_host_lock = threading.Lock()
+
+
+def host_target() -> HostTarget:
+    """The process's :class:`HostTarget`, made on first use."""
+    global _host
+    llvm = _binding()
+    with _host_lock:
+        if _host is None:
+            _host = HostTarget(llvm.get_process_triple(), llvm.get_host_cpu_name(),
+                               llvm.get_host_cpu_features().flatten())
+        return _host
+
+
+def prefer_vector_width(function, bits: int = 512) -> None:
+    """Ask LLVM to vectorize ``function`` (an ``llvmlite.ir.Function``) with ``bits``-wide vectors.
+
+    llvmlite's attribute set accepts only LLVM's keyword attributes, so the set is swapped for
+    one that also takes quoted string attributes (``"key"="value"``); its printing is unchanged.
+    """
+    attrs = function.attributes
+    cls = _string_attribute_set()
+    if not isinstance(attrs, cls):
+        new = cls()
+        for name in attrs:
+            new.add(name)
+        new.alignstack = attrs.alignstack
+        new.personality = attrs.personality
+        function.attributes = attrs = new
+    for name in [a for a in attrs if a.startswith('"prefer-vector-width"')]:
+        attrs.discard(name)
+    attrs.add(f'"prefer-vector-width"="{int(bits)}"')
+
+
+@functools.cache
+def _string_attribute_set():
+    from llvmlite.ir.values import FunctionAttributes
+
+    class FunctionAttributesWithStrings(FunctionAttributes):
+        """LLVM's keyword function attributes, plus quoted string ones (``"key"="value"``)."""
+
+        def add(self, name):
+            if name.startswith('"'):
+                return set.add(self, name)
+            return super().add(name)
+
+    return FunctionAttributesWithStrings
+
+
+class CompiledModule:
+    """One module's machine code inside the engine.
+
+    ``origin`` is ``"compiled"`` (LLVM ran in this process) or ``"disk"`` (object code read from
+    the kernel cache); a repeated ``compile_module`` call in the same process returns the very
+    same object. ``key`` is the cache key.
+    """
+
+    def __init__(self, jit: JIT, key: str, origin: str, entry: CacheEntry,
+                 addresses: dict[str, int]):
+        self._jit = jit
+        self.key = key
+        self.origin = origin
+        self._entry = entry
+        self._addresses = addresses
+        self._asm: str | None = None
+
+    @property
+    def function_names(self) -> list[str]:
+        return sorted(self._addresses)
+
+    def symbol(self, name: str) -> str:
+        """The unique symbol of function ``name`` in the engine."""
+        self._check_name(name)
+        return self._entry.symbols[name]
+
+    def address(self, name: str) -> int:
+        """The machine address of function ``name``."""
+        self._check_name(name)
+        return self._addresses[name]
+
+    def function(self, name: str, argtypes: Sequence[Any], restype: Any = None):
+        """A ctypes callable for ``name`` (a CFUNCTYPE: calls release the GIL).
+
+        The callable keeps this module, and so the engine holding its machine code, alive.
+        """
+        callable_ = ctypes.CFUNCTYPE(restype, *argtypes)(self.address(name))
+        callable_.compiled_module = self
+        return callable_
+
+    def source(self, kind: str = "llvm") -> str:
+        """``"llvm"``: the optimized LLVM IR; ``"asm"``: the host assembly."""
+        if kind == "llvm":
+            return self._entry.llvm_ir
+        if kind == "asm":
+            if self._asm is None:
+                llvm = _binding()
+                module = llvm.parse_assembly(self._entry.llvm_ir)
+                with self._jit.lock:
+                    self._asm = self._jit.machine.emit_assembly(module)
+            return self._asm
+        raise ValueError(f"unknown source kind {kind!r}; known kinds: {', '.join(_SOURCE_KINDS)}")
+
+    def _check_name(self, name: str) -> None:
+        if name not in self._addresses:
+            raise KeyError(f"module {self.key[:12]} defines no function {name!r}; it defines "
+                           f"{', '.join(self.function_names) or 'nothing'}")
+
+    def __repr__(self) -> str:
+        return (f"CompiledModule({', '.join(self.function_names)}; key={self.key[:12]}, "
+                f"origin={self.origin})")
+
+
+class JIT:
+    """An MCJIT engine for the host, the -O3 pipeline and the kernel cache.
+
+    ``stats`` counts ``compiled`` (LLVM ran), ``from_disk`` (loaded from the cache) and
+    ``from_memory`` (the same key compiled earlier in this process).
+    """
+
+    def __init__(self, cache: KernelCache | None = None):
+        llvm = _binding()
+        self.target = host_target()
+        self.cache = cache if cache is not None else KernelCache()
+        self.lock = threading.RLock()
+        self.machine = self.target.create_target_machine()  # optimizes and emits code
+        self._engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""),
+                                                  self.target.create_target_machine())
+        self._modules: dict[str, CompiledModule] = {}
+        self.stats = {"compiled": 0, "from_disk": 0, "from_memory": 0}
+
+    def compile_module(self, module, *, key: str | None = None, cache: bool = True,
+                       name: str = "module") -> CompiledModule:
+        """Compile ``module`` (an ``llvmlite.ir.Module`` or LLVM IR text) and load it.
+
+        ``key`` replaces the IR text in the cache key when the caller has a better name for the
+        kernel (printed loop IR, say). ``cache=False`` neither reads nor writes the disk cache.
+        ``name`` names the module in error messages. Raises :class:`CompileError` when LLVM
+        rejects the IR.
+        """
+        text = str(module)
+        digest = cache_key(text if key is None else key, self.target.identity)
+        with self.lock:
+            known = self._modules.get(digest)
+            if known is not None:
+                self.stats["from_memory"] += 1
+                return known
+            entry = self.cache.load(digest) if cache else None
+            origin = "disk"
+            if entry is None:
+                entry = self._compile(text, digest, name)
+                origin = "compiled"
+                if cache:
+                    self.cache.store(digest, entry)
+            addresses = self._load(entry, name)
+            self.stats["compiled" if origin == "compiled" else "from_disk"] += 1
+            compiled = CompiledModule(self, digest, origin, entry, addresses)
+            self._modules[digest] = compiled
+        if config.get("RB_DEBUG") >= 4:
+            print(f"; {name}: {compiled!r}\n{entry.llvm_ir}")
+        return compiled
+
+    def _compile(self, text: str, digest: str, name: str) -> CacheEntry:
+        llvm = _binding()
+        try:
+            mod = llvm.parse_assembly(text)
+            mod.verify()
+        except RuntimeError as err:
+            raise CompileError(f"LLVM rejected module {name!r}: {err}") from None
+        machine = self.machine
+        mod.triple = self.target.triple
+        mod.data_layout = str(machine.target_data)
+        symbols = {}
+        for fn in mod.functions:
+            if fn.is_declaration:
+                continue
+            if fn.linkage == llvm.Linkage.external:
+                original = fn.name
+                fn.name = f"{original}_{digest[:16]}"
+                symbols[original] = fn.name
+        tuning = llvm.create_pipeline_tuning_options(speed_level=3)
+        tuning.loop_vectorization = True
+        tuning.slp_vectorization = True
+        tuning.loop_unrolling = True
+        builder = llvm.create_pass_builder(machine, tuning)
+        builder.getModulePassManager().run(mod, builder)
+        return CacheEntry(machine.emit_object(mod), str(mod), symbols)
+
+    def _load(self, entry: CacheEntry, name: str) -> dict[str, int]:
+        llvm = _binding()
+        self._engine.add_object_file(llvm.ObjectFileRef.from_data(entry.object_code))
+        self._engine.finalize_object()
+        addresses = {}
+        for original, symbol in entry.symbols.items():
+            address = self._engine.get_function_address(symbol)
+            if not address:
+                raise CompileError(f"module {name!r}: symbol {symbol!r} (function {original!r}) "
+                                   f"not found after loading its object code")
+            addresses[original] = address
+        return addresses
+
+
+_jit: JIT | None = None
+_jit_lock = threading.Lock()
+
+
+def get_jit() -> JIT:
+    """The process-wide :class:`JIT`, made on first use."""
+    global _jit
+    with _jit_lock:
+        if _jit is None:
+            _jit = JIT()
+        return _jit
+
+
+def compile_module(module, **options) -> CompiledModule:
+    """``get_jit().compile_module(module, **options)``: see :meth:`JIT.compile_module`."""
+    return get_jit().compile_module(module, **options)

@@ -1,0 +1,110 @@
+"""The timing harness of ``bench/vision.py``: interleaving, statistics, the table, and the
+relaybench column's engine. None of this needs the peers installed."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import relaybench as rb
+from relaybench import op
+
+
+def _load_vision():
+    path = Path(__file__).resolve().parents[2] / "bench" / "vision.py"
+    spec = importlib.util.spec_from_file_location("bench_vision", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module         # its dataclass looks its module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+vision = _load_vision()
+
+
+def _recording_engines(log, keys=("pytorch", "onnxruntime", "relaybench")):
+    engines = []
+    for key in keys:
+        def run(data, key=key):
+            log.append(("run", key))
+            return data * 2
+
+        def prepare(key=key):
+            log.append(("prepare", key))
+
+        engines.append(vision.Engine(key, key, run, prepare))
+    return engines
+
+
+def test_repetitions_are_interleaved_round_robin(monkeypatch):
+    monkeypatch.setattr(vision, "PAUSE_S", 0.0)
+    log = []
+    engines = _recording_engines(log)
+    result = vision.time_interleaved(engines, np.ones(3, "float32"), repeat=4, number=2, warmup=1)
+    assert result["number"] == {"pytorch": 2, "onnxruntime": 2, "relaybench": 2}
+    assert all(len(t) == 4 and min(t) > 0 for t in result["times_s"].values())
+    timed = log[3 * 2:]                         # after each engine's prepare and warm-up call
+    blocks = [timed[i:i + 3] for i in range(0, len(timed), 3)]
+    assert all(b[0][0] == "prepare" and b[1:] == [("run", b[0][1])] * 2 for b in blocks)
+    firsts = [blocks[r * 3][0][1] for r in range(4)]
+    assert firsts == ["pytorch", "onnxruntime", "relaybench", "pytorch"]
+    for r in range(4):                          # every engine once per repetition
+        assert sorted(b[0][1] for b in blocks[r * 3:r * 3 + 3]) == ["onnxruntime", "pytorch", "relaybench"]
+
+
+def test_automatic_number_fills_a_block(monkeypatch):
+    monkeypatch.setattr(vision, "PAUSE_S", 0.0)
+    monkeypatch.setattr(vision, "AUTO_BLOCK_S", 0.01)
+    engines = _recording_engines([], keys=("pytorch",))
+    result = vision.time_interleaved(engines, np.ones(3, "float32"), repeat=1, number=0, warmup=1)
+    assert result["number"]["pytorch"] > 10     # a call of microseconds: many per 10 ms block
+
+
+def test_summary_and_table():
+    stats = vision.summarize([0.004, 0.001, 0.003, 0.002, 0.005])
+    assert stats["median_s"] == pytest.approx(0.003)
+    assert (stats["q1_s"], stats["q3_s"]) == (pytest.approx(0.002), pytest.approx(0.004))
+    assert (stats["min_s"], stats["max_s"]) == (0.001, 0.005)
+
+    def res(label, median):
+        return {"label": label, "median_s": median, "q1_s": median * 0.9, "q3_s": median * 1.1}
+
+    rows = [{"label": "DQN", "threads": 2,
+             "engines": {"pytorch": res("PyTorch eager", 0.004), "onnxruntime": res("ONNX Runtime", 0.002),
+                         "relaybench": res("relaybench (interpreter)", 0.008)}}]
+    text = vision.table(rows)
+    head, rule, line = text.splitlines()
+    assert "relaybench (interpreter) (ms)" in head and "relaybench (interpreter) vs PyTorch" in head
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells == ["DQN", "2", "4.00 ±10%", "2.00 ±10%", "8.00 ±10%", "2.00x", "0.50x"]
+
+
+def test_relaybench_engine_runs_the_model():
+    x = rb.var("x", shape=(2, 3), dtype="float32")
+    w = rb.var("w", shape=(2, 3), dtype="float32")
+    mod = rb.IRModule.from_expr(rb.Function([x, w], op.nn.relu(op.multiply(x, w))))
+    w_value = np.array([[1, -2, 3], [-4, 5, -6]], "float32")
+    engine = vision.relaybench_engine(mod, {"w": w_value}, threads=1)
+    if hasattr(rb, "build"):
+        assert engine.label == "relaybench" and engine.info["compiled"]
+    else:   # the interpreter must never be passed off as compiled code
+        assert engine.label == "relaybench (interpreter)" and not engine.info["compiled"]
+        if vision.numpy_blas_threads() is not None:
+            assert engine.info["blas_threads"] == 1
+    engine.prepare()
+    data = np.arange(6, dtype="float32").reshape(2, 3) - 2
+    np.testing.assert_allclose(np.asarray(vision._first_output(engine.run(data))),
+                               np.maximum(data * w_value, 0), rtol=1e-6)
+
+
+def test_check_agreement_names_the_engine_that_differs():
+    good = vision.Engine("pytorch", "PyTorch eager", lambda d: d + 1.0)
+    also = vision.Engine("onnxruntime", "ONNX Runtime", lambda d: d + 1.0 + 1e-7)
+    bad = vision.Engine("relaybench", "relaybench (interpreter)", lambda d: d + 1.1)
+    data = np.ones(4, "float32")
+    diffs = vision.check_agreement([good, also], data)
+    assert diffs["pytorch"] == 0 and diffs["onnxruntime"] < 1e-6
+    with pytest.raises(RuntimeError, match=r"relaybench \(interpreter\): output differs"):
+        vision.check_agreement([good, also, bad], data)
