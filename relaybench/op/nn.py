@@ -34,6 +34,7 @@ from ..passes._layout_rules import (batch_norm_layout, bias_add_layout, conv2d_l
                                     softmax_layout)
 from ._rel import (as_int, fail, fmt_shape, int_tuple, known, normalize_axis, provably_different,
                    relation, same_dim, tensor)
+from . import _compute as C
 from .registry import OpCaller, OpDef, OpPattern, register
 from .tensor import identity_rel
 
@@ -246,7 +247,8 @@ def _axis_attr(a: dict) -> dict:
 # Activations
 
 relu = register(OpDef("nn.relu", ("data",), identity_rel, OpPattern.ELEMWISE, layout=elemwise_layout,
-                      reference=lambda x, attrs: np.maximum(x, np.zeros((), x.dtype)), doc="max(x, 0)."))
+                      reference=lambda x, attrs: np.maximum(x, np.zeros((), x.dtype)),
+                      compute=C.relu_compute, doc="max(x, 0)."))
 
 
 def _leaky_relu_reference(x, attrs):
@@ -256,6 +258,7 @@ def _leaky_relu_reference(x, attrs):
 leaky_relu = register(OpDef(
     "nn.leaky_relu", ("data",), identity_rel, OpPattern.ELEMWISE, attrs={"alpha": 0.25},
     normalize=lambda a: dict(a, alpha=_float_attr(a["alpha"], "alpha")), reference=_leaky_relu_reference,
+    compute=C.leaky_relu_compute,
     layout=elemwise_layout,
     doc="``x`` where ``x > 0``, else ``alpha * x``."))
 
@@ -278,7 +281,7 @@ def _prelu_reference(x, alpha, attrs):
 
 prelu = register(OpDef(
     "nn.prelu", ("data", "alpha"), prelu_rel, OpPattern.BROADCAST, attrs={"axis": 1},
-    normalize=_axis_attr, reference=_prelu_reference,
+    normalize=_axis_attr, reference=_prelu_reference, compute=C.prelu_compute,
     doc="Leaky ReLU with a learned slope per channel: ``x`` where ``x > 0``, else ``alpha[c] * x`` "
         "with ``c`` the index along ``axis``."))
 
@@ -303,7 +306,8 @@ def _bias_add_reference(x, b, attrs):
 
 bias_add = register(OpDef(
     "nn.bias_add", ("data", "bias"), bias_add_rel, OpPattern.BROADCAST, attrs={"axis": 1},
-    normalize=_axis_attr, reference=_bias_add_reference, layout=bias_add_layout,
+    normalize=_axis_attr, reference=_bias_add_reference, compute=C.bias_add_compute,
+    layout=bias_add_layout,
     doc="Add a 1-d ``bias`` along ``axis`` of ``data``."))
 
 
@@ -454,7 +458,8 @@ conv2d = register(OpDef(
     attrs={"strides": (1, 1), "padding": (0, 0), "dilation": (1, 1), "groups": 1, "channels": None,
            "kernel_size": None, "data_layout": "NCHW", "kernel_layout": "OIHW", "out_layout": "",
            "out_dtype": ""},
-    normalize=_normalize_conv2d, reference=_conv2d_reference, layout=conv2d_layout,
+    normalize=_normalize_conv2d, reference=_conv2d_reference, compute=C.conv2d_compute,
+    layout=conv2d_layout,
     doc="2-D convolution. ``padding`` is 1, 2 (top/bottom, left/right) or 4 values (top, left, "
         "bottom, right); ``groups`` splits channels (``groups`` equal to the input channels is a "
         "depthwise convolution, its OIHW weight ``[C * multiplier, 1, kh, kw]``); layouts may be "
@@ -532,7 +537,8 @@ conv2d_transpose = register(OpDef(
     attrs={"strides": (1, 1), "padding": (0, 0), "output_padding": (0, 0), "dilation": (1, 1), "groups": 1,
            "channels": None, "kernel_size": None, "data_layout": "NCHW", "kernel_layout": "IOHW",
            "out_layout": "", "out_dtype": ""},
-    normalize=_normalize_conv2d, reference=_conv2d_transpose_reference, layout=conv2d_layout,
+    normalize=_normalize_conv2d, reference=_conv2d_transpose_reference,
+    compute=C.conv2d_transpose_compute, layout=conv2d_layout,
     doc="2-D transposed convolution (the gradient of ``nn.conv2d`` with respect to its data): each "
         "input pixel scatters its kernel-weighted values into a ``stride``-spaced output. The "
         "weight is IOHW, ``[C, channels / groups, kh, kw]``; ``padding`` trims the output and "
@@ -594,6 +600,7 @@ dense = register(OpDef(
     "nn.dense", ("data", "weight"), dense_rel, OpPattern.OUT_ELEMWISE_FUSABLE,
     attrs={"units": None, "out_dtype": ""}, normalize=_normalize_matmul,
     reference=lambda x, w, attrs: _matmul_reference(x, w, attrs.out_dtype or x.dtype.name, False, True),
+    compute=C.dense_compute,
     doc="``data @ weight.T``: data ``[..., K]``, weight ``[units, K]``."))
 
 
@@ -632,6 +639,7 @@ matmul = register(OpDef(
     normalize=_normalize_matmul,
     reference=lambda a, b, attrs: _matmul_reference(a, b, attrs.out_dtype or a.dtype.name,
                                                     attrs.transpose_a, attrs.transpose_b),
+    compute=C.matmul_compute,
     doc="``op(a) @ op(b)`` with ``op`` a transpose of the last two axes where asked: ``tensor_a`` "
         "``[..., K]``, ``tensor_b`` ``[K, N]``. ``nn.dense`` is ``transpose_b=True``."))
 
@@ -666,6 +674,7 @@ batch_matmul = register(OpDef(
     attrs={"out_dtype": "", "transpose_a": False, "transpose_b": True}, normalize=_normalize_matmul,
     reference=lambda x, y, attrs: _matmul_reference(x, y, attrs.out_dtype or x.dtype.name,
                                                     attrs.transpose_a, attrs.transpose_b),
+    compute=C.batch_matmul_compute,
     doc="A matrix product per batch element: ``x[b] @ y[b].T`` by default (``transpose_b=True``)."))
 
 
@@ -787,7 +796,8 @@ _POOL_ATTRS = {"pool_size": (1, 1), "strides": (1, 1), "dilation": (1, 1), "padd
 
 max_pool2d = register(OpDef(
     "nn.max_pool2d", ("data",), pool2d_rel, OpPattern.OUT_ELEMWISE_FUSABLE, attrs=dict(_POOL_ATTRS),
-    normalize=_normalize_pool, reference=_max_pool2d_reference, layout=pool_layout,
+    normalize=_normalize_pool, reference=_max_pool2d_reference, compute=C.max_pool2d_compute,
+    layout=pool_layout,
     doc="The maximum over each ``pool_size`` window (taps ``dilation`` apart, windows ``strides`` "
         "apart) over H and W of any layout that keeps them whole (``NCHW``, ``NHWC``, ``NCHW16c``). "
         "``padding`` is 1, 2 or 4 values as for ``nn.conv2d``; ``ceil_mode`` adds a last, partial "
@@ -797,7 +807,7 @@ max_pool2d = register(OpDef(
 avg_pool2d = register(OpDef(
     "nn.avg_pool2d", ("data",), pool2d_rel, OpPattern.OUT_ELEMWISE_FUSABLE,
     attrs=dict(_POOL_ATTRS, count_include_pad=False), normalize=_normalize_pool,
-    reference=_avg_pool2d_reference, layout=pool_layout,
+    reference=_avg_pool2d_reference, compute=C.avg_pool2d_compute, layout=pool_layout,
     doc="The mean over each window, like ``nn.max_pool2d``. The divisor counts the window's taps "
         "on the input, and with ``count_include_pad`` those on the padding too (never those past "
         "it that ``ceil_mode`` adds)."))
@@ -839,14 +849,15 @@ def _global_pool_reference(reduce):
 global_max_pool2d = register(OpDef(
     "nn.global_max_pool2d", ("data",), global_pool2d_rel, OpPattern.OUT_ELEMWISE_FUSABLE,
     attrs={"layout": "NCHW", "out_layout": ""}, normalize=_normalize_global_pool,
-    reference=_global_pool_reference(lambda x, axes: x.max(axis=axes, keepdims=True)), layout=pool_layout,
+    reference=_global_pool_reference(lambda x, axes: x.max(axis=axes, keepdims=True)),
+    compute=C.global_max_pool2d_compute, layout=pool_layout,
     doc="The maximum over all of H and W; they become 1."))
 
 global_avg_pool2d = register(OpDef(
     "nn.global_avg_pool2d", ("data",), global_pool2d_rel, OpPattern.OUT_ELEMWISE_FUSABLE,
     attrs={"layout": "NCHW", "out_layout": ""}, normalize=_normalize_global_pool,
     reference=_global_pool_reference(lambda x, axes: x.mean(axis=axes, dtype=np.float64, keepdims=True)),
-    layout=pool_layout,
+    compute=C.global_avg_pool2d_compute, layout=pool_layout,
     doc="The mean over all of H and W; they become 1."))
 
 
@@ -888,7 +899,8 @@ def _adaptive_avg_pool2d_reference(x, attrs):
 adaptive_avg_pool2d = register(OpDef(
     "nn.adaptive_avg_pool2d", ("data",), adaptive_pool2d_rel, OpPattern.OUT_ELEMWISE_FUSABLE,
     attrs={"output_size": None, "layout": "NCHW", "out_layout": ""}, normalize=_normalize_global_pool,
-    reference=_adaptive_avg_pool2d_reference, layout=pool_layout,
+    reference=_adaptive_avg_pool2d_reference, compute=C.adaptive_avg_pool2d_compute,
+    layout=pool_layout,
     doc="The mean over ``output_size`` bins of H and W, PyTorch's bins: output row ``i`` of ``oh`` "
         "averages input rows ``floor(i * H / oh)`` to ``ceil((i + 1) * H / oh)`` (exclusive)."))
 
@@ -922,12 +934,14 @@ def _log_softmax_reference(x, attrs):
 
 softmax = register(OpDef(
     "nn.softmax", ("data",), softmax_rel, OpPattern.OUT_ELEMWISE_FUSABLE, attrs={"axis": -1},
-    normalize=_axis_attr, reference=_softmax_reference, layout=softmax_layout,
+    normalize=_axis_attr, reference=_softmax_reference, compute=C.softmax_compute,
+    layout=softmax_layout,
     doc="``exp(x) / sum(exp(x))`` along ``axis``."))
 
 log_softmax = register(OpDef(
     "nn.log_softmax", ("data",), softmax_rel, OpPattern.OUT_ELEMWISE_FUSABLE, attrs={"axis": -1},
-    normalize=_axis_attr, reference=_log_softmax_reference, layout=softmax_layout,
+    normalize=_axis_attr, reference=_log_softmax_reference, compute=C.log_softmax_compute,
+    layout=softmax_layout,
     doc="``x - log(sum(exp(x)))`` along ``axis``."))
 
 
@@ -974,7 +988,7 @@ def _batch_norm_reference(x, gamma, beta, mean, var, attrs):
 batch_norm = register(OpDef(
     "nn.batch_norm", _BN_INPUTS, batch_norm_rel, OpPattern.OUT_ELEMWISE_FUSABLE,
     attrs={"axis": 1, "epsilon": 1e-5, "center": True, "scale": True}, normalize=_normalize_norm,
-    reference=_batch_norm_reference, layout=batch_norm_layout,
+    reference=_batch_norm_reference, compute=C.batch_norm_compute, layout=batch_norm_layout,
     doc="Inference batch normalization along ``axis``: ``(x - moving_mean) / sqrt(moving_var + "
         "epsilon) * gamma + beta`` (no ``gamma`` without ``scale``, no ``beta`` without "
         "``center``). Returns Relay's tuple ``(out, mean, var)``, here the moving statistics; "
@@ -1133,7 +1147,7 @@ class _PadCaller(OpCaller):
 pad = _PadCaller(register(OpDef(
     "nn.pad", ("data", "pad_value"), pad_rel, OpPattern.INJECTIVE,
     attrs={"pad_width": (), "pad_mode": "constant"}, normalize=_normalize_pad, reference=_pad_reference,
-    layout=pad_layout,
+    compute=C.pad_compute, layout=pad_layout,
     doc="Pad each axis by its (before, after) pair in ``pad_width``: with ``pad_value`` (a scalar, "
         "cast to the data's dtype; 0 when left out) in ``constant`` mode, with the border value in "
         "``edge`` mode, with the mirror image (border excluded) in ``reflect`` mode.")).opdef)
@@ -1153,5 +1167,6 @@ def batch_flatten_rel(types, attrs):
 
 batch_flatten = register(OpDef(
     "nn.batch_flatten", ("data",), batch_flatten_rel, OpPattern.INJECTIVE,
-    reference=lambda x, attrs: x.reshape(x.shape[0], int(np.prod(x.shape[1:]))), layout=original_layout,
+    reference=lambda x, attrs: x.reshape(x.shape[0], int(np.prod(x.shape[1:]))),
+    compute=C.batch_flatten_compute, layout=original_layout,
     doc="Flatten every axis but the first: ``[N, d1, d2, ...]`` -> ``[N, d1 * d2 * ...]``."))

@@ -33,6 +33,7 @@ from ..ir.types import TensorType
 from ..ir.symbolic import ANY, format_dim
 from ..passes._layout_rules import reduce_layout
 from ._rel import as_int, fail, known, relation, same_dim, tensor
+from . import _compute as C
 from .registry import OpDef, OpPattern, register
 from .tensor import ANY_DTYPE, BOOL, NUMERIC, require
 
@@ -209,7 +210,8 @@ _REDUCE_ATTRS = {"axis": None, "keepdims": False, "exclude": False}
 
 def _reduce(name: str, rel, reference, doc: str, attrs=_REDUCE_ATTRS, inputs=("data",), layout=None):
     return register(OpDef(name, inputs, rel, OpPattern.COMM_REDUCE, attrs=dict(attrs),
-                          normalize=_normalize_reduce, reference=reference, layout=layout, doc=doc))
+                          normalize=_normalize_reduce, reference=reference,
+                          compute=C.REDUCE_COMPUTES.get(name), layout=layout, doc=doc))
 
 
 sum = _reduce("sum", _reduce_relation(NUMERIC), _reducer(np.sum, dtype=True),  # noqa: A001

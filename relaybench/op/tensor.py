@@ -35,6 +35,7 @@ import numpy as np
 from ..ir.types import DTYPES, TensorType, check_dtype
 from ..passes._layout_rules import broadcast_layout, elemwise_layout
 from ._rel import broadcast_shape, fail, known, relation, tensor
+from . import _compute as C
 from .registry import OpDef, OpPattern, register
 
 __all__ = ["add", "subtract", "multiply", "divide", "floor_divide", "mod", "floor_mod", "power",
@@ -135,7 +136,7 @@ _bool_unary_rel = _unary_relation(BOOL)
 
 def _binary(name: str, func, doc: str, rel=_arith_rel):
     return register(OpDef(name, ("lhs", "rhs"), rel, OpPattern.BROADCAST, reference=_quiet(func),
-                          layout=broadcast_layout, doc=doc))
+                          compute=C.binary_compute(name), layout=broadcast_layout, doc=doc))
 
 
 def _is_int(a) -> bool:
@@ -211,7 +212,8 @@ logical_xor = _binary("logical_xor", np.logical_xor, "Elementwise XOR of bool te
 
 def _unary(name: str, func, doc: str, rel=_float_unary_rel, attrs=None, normalize=None):
     return register(OpDef(name, ("data",), rel, OpPattern.ELEMWISE, attrs=dict(attrs or {}),
-                          normalize=normalize, reference=_quiet(func), layout=elemwise_layout, doc=doc))
+                          normalize=normalize, reference=_quiet(func),
+                          compute=C.unary_compute(name), layout=elemwise_layout, doc=doc))
 
 
 def _in_float64(func):
@@ -333,7 +335,7 @@ def _clip(x, attrs):
 
 clip = register(OpDef(
     "clip", ("data",), _clip_rel, OpPattern.ELEMWISE, attrs={"a_min": None, "a_max": None},
-    normalize=_normalize_clip, reference=_clip, layout=elemwise_layout,
+    normalize=_normalize_clip, reference=_clip, compute=C.clip_compute, layout=elemwise_layout,
     doc="Clamp each element into ``[a_min, a_max]`` (both required; ReLU6 is "
         "``clip(x, a_min=0, a_max=6)``). Integer tensors clip to the integers inside the bounds."))
 
@@ -363,7 +365,7 @@ def _cast_rel(types, attrs):
 cast = register(OpDef(
     "cast", ("data",), _cast_rel, OpPattern.ELEMWISE, attrs={"dtype": None},
     normalize=_normalize_cast, reference=lambda x, attrs: np.asarray(x).astype(attrs.dtype),
-    layout=elemwise_layout,
+    compute=C.cast_compute, layout=elemwise_layout,
     doc="Convert to ``dtype``; floats become integers by truncation toward zero, and any nonzero "
         "value becomes True."))
 
@@ -380,7 +382,7 @@ def _cast_like_rel(types, attrs):
 
 cast_like = register(OpDef(
     "cast_like", ("data", "dtype_like"), _cast_like_rel, OpPattern.ELEMWISE,
-    reference=lambda x, like, attrs: np.asarray(x).astype(like.dtype),
+    reference=lambda x, like, attrs: np.asarray(x).astype(like.dtype), compute=C.cast_compute,
     doc="Convert ``data`` to the dtype of ``dtype_like`` (whose values are not read)."))
 
 
@@ -402,6 +404,7 @@ def _where_rel(types, attrs):
 where = register(OpDef(
     "where", ("condition", "x", "y"), _where_rel, OpPattern.BROADCAST,
     reference=lambda c, x, y, attrs: np.asarray(np.where(c.astype(bool, copy=False), x, y)),
+    compute=C.where_compute,
     layout=broadcast_layout,
     doc="Choose ``x`` where ``condition`` is true (nonzero), ``y`` elsewhere; the three broadcast "
         "together."))
@@ -459,27 +462,31 @@ _INIT_ATTRS = {"shape": (), "dtype": "float32"}
 
 zeros = register(OpDef(
     "zeros", (), _init_rel, OpPattern.ELEMWISE, attrs=dict(_INIT_ATTRS), normalize=_normalize_init,
-    reference=lambda attrs: np.zeros(attrs.shape, attrs.dtype),
+    reference=lambda attrs: np.zeros(attrs.shape, attrs.dtype), compute=C.constant_fill(0, "zeros"),
     doc="A tensor of ``shape`` and ``dtype`` filled with 0."))
 ones = register(OpDef(
     "ones", (), _init_rel, OpPattern.ELEMWISE, attrs=dict(_INIT_ATTRS), normalize=_normalize_init,
-    reference=lambda attrs: np.ones(attrs.shape, attrs.dtype),
+    reference=lambda attrs: np.ones(attrs.shape, attrs.dtype), compute=C.constant_fill(1, "ones"),
     doc="A tensor of ``shape`` and ``dtype`` filled with 1."))
 full = register(OpDef(
     "full", ("fill_value",), _full_rel, OpPattern.ELEMWISE, attrs={"shape": (), "dtype": ""},
     normalize=_normalize_init,
     reference=lambda fill, attrs: np.full(attrs.shape, fill, attrs.dtype or fill.dtype),
+    compute=C.full_compute,
     doc="A tensor of ``shape`` filled with the scalar ``fill_value``, in ``dtype`` (by default the "
         "fill value's)."))
 zeros_like = register(OpDef(
     "zeros_like", ("data",), identity_rel, OpPattern.ELEMWISE,
-    reference=lambda x, attrs: np.zeros_like(x), layout=elemwise_layout,
+    reference=lambda x, attrs: np.zeros_like(x), compute=C.constant_fill(0, "zeros_like"),
+    layout=elemwise_layout,
     doc="Zeros of the data's shape and dtype."))
 ones_like = register(OpDef(
     "ones_like", ("data",), identity_rel, OpPattern.ELEMWISE,
-    reference=lambda x, attrs: np.ones_like(x), layout=elemwise_layout,
+    reference=lambda x, attrs: np.ones_like(x), compute=C.constant_fill(1, "ones_like"),
+    layout=elemwise_layout,
     doc="Ones of the data's shape and dtype."))
 full_like = register(OpDef(
     "full_like", ("data", "fill_value"), _full_like_rel, OpPattern.ELEMWISE,
-    reference=lambda x, fill, attrs: np.full_like(x, fill), layout=broadcast_layout,
+    reference=lambda x, fill, attrs: np.full_like(x, fill), compute=C.full_compute,
+    layout=broadcast_layout,
     doc="The scalar ``fill_value`` in the data's shape and dtype."))

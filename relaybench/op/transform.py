@@ -34,6 +34,7 @@ from ..ir.types import TensorType, TupleType, check_dtype
 from ..passes._layout_rules import concatenate_layout, layout_transform_layout, split_layout
 from ._rel import (as_int, fail, fmt_shape, known, known_deep, normalize_axis, provably_different,
                    relation, tensor)
+from . import _compute as C
 from .registry import OpDef, OpPattern, register
 
 __all__ = ["reshape", "reshape_like", "transpose", "squeeze", "expand_dims", "concatenate", "split",
@@ -269,6 +270,7 @@ reshape = register(OpDef(
     "reshape", ("data",), reshape_rel, OpPattern.INJECTIVE,
     attrs={"newshape": (), "allowzero": 0}, normalize=_normalize_reshape,
     reference=lambda x, attrs: np.reshape(x, infer_reshape(x.shape, attrs.newshape, attrs.allowzero)),
+    compute=C.reshape_compute,
     doc="Reshape. ``newshape`` may use Relay's special values: ``0`` copies the input dim at that "
         "position (a literal 0 when ``allowzero=1``), ``-1`` infers one dim from the rest, ``-2`` "
         "copies all remaining input dims, ``-3`` merges the next two input dims, ``-4, a, b`` "
@@ -325,6 +327,7 @@ reshape_like = register(OpDef(
     attrs={"lhs_begin": 0, "lhs_end": None, "rhs_begin": 0, "rhs_end": None},
     normalize=_normalize_reshape_like,
     reference=lambda x, like, attrs: np.reshape(x, _reshape_like_shape(x.shape, like.shape, attrs)),
+    compute=C.reshape_compute,
     doc="Reshape ``data`` to the shape of ``shape_like``; with the begin/end attributes only "
         "data's dims ``[lhs_begin, lhs_end)`` are replaced, by shape_like's ``[rhs_begin, rhs_end)``."))
 
@@ -363,7 +366,7 @@ def transpose_rel(types, attrs):
 transpose = register(OpDef(
     "transpose", ("data",), transpose_rel, OpPattern.INJECTIVE, attrs={"axes": None},
     normalize=_normalize_transpose,
-    reference=lambda x, attrs: np.transpose(x, attrs.axes),
+    reference=lambda x, attrs: np.transpose(x, attrs.axes), compute=C.transpose_compute,
     doc="Permute the axes; ``axes=None`` reverses them; negative axes count from the back."))
 
 
@@ -405,7 +408,7 @@ def _squeeze_ref(x, attrs):
 
 squeeze = register(OpDef(
     "squeeze", ("data",), squeeze_rel, OpPattern.INJECTIVE, attrs={"axis": None},
-    normalize=_normalize_squeeze, reference=_squeeze_ref,
+    normalize=_normalize_squeeze, reference=_squeeze_ref, compute=C.squeeze_compute,
     doc="Remove axes of extent 1: those in ``axis``, or with ``axis=None`` every axis whose extent "
         "is statically 1. A symbolic or ``?`` extent is kept by ``axis=None`` (as in Relay; the "
         "reference, which sees only arrays, would drop it were it 1 at run time) and is assumed "
@@ -445,7 +448,7 @@ def _expand_dims_ref(x, attrs):
 expand_dims = register(OpDef(
     "expand_dims", ("data",), expand_dims_rel, OpPattern.BROADCAST,
     attrs={"axis": 0, "num_newaxis": 1}, normalize=_normalize_expand_dims,
-    reference=_expand_dims_ref,
+    reference=_expand_dims_ref, compute=C.expand_dims_compute,
     doc="Insert ``num_newaxis`` axes of extent 1 at ``axis`` (in ``[-ndim-1, ndim]``; -1 appends). "
         "Pattern kind BROADCAST, as in TVM."))
 
@@ -479,7 +482,8 @@ def concatenate_rel(types, attrs):
 concatenate = register(OpDef(
     "concatenate", ("data",), concatenate_rel, OpPattern.INJECTIVE, attrs={"axis": 0},
     normalize=_normalize_axis_attr,
-    reference=lambda data, attrs: np.concatenate(list(data), axis=attrs.axis), layout=concatenate_layout,
+    reference=lambda data, attrs: np.concatenate(list(data), axis=attrs.axis),
+    compute=C.concatenate_compute, layout=concatenate_layout,
     doc="Join a tuple of tensors along ``axis``; the extents along it add up (``n + m``)."))
 
 
@@ -503,7 +507,7 @@ def stack_rel(types, attrs):
 stack = register(OpDef(
     "stack", ("data",), stack_rel, OpPattern.INJECTIVE, attrs={"axis": 0},
     normalize=_normalize_axis_attr,
-    reference=lambda data, attrs: np.stack(list(data), axis=attrs.axis),
+    reference=lambda data, attrs: np.stack(list(data), axis=attrs.axis), compute=C.stack_compute,
     doc="Join a tuple of same-shaped tensors along a new axis at ``axis`` (in ``[-ndim-1, ndim]``)."))
 
 
@@ -564,6 +568,7 @@ def _split_ref(x, attrs):
 split = register(OpDef(
     "split", ("data",), split_rel, OpPattern.INJECTIVE,
     attrs={"indices_or_sections": 1, "axis": 0}, normalize=_normalize_split, reference=_split_ref,
+    compute=C.split_compute,
     layout=split_layout,
     doc="Split along ``axis`` into a tuple: ``indices_or_sections`` equal parts (an int, which must "
         "divide the extent) or the pieces between the sorted ``indices`` (a list; the last must be "
@@ -636,7 +641,7 @@ def _take_ref(data, indices, attrs):
 take = register(OpDef(
     "take", ("data", "indices"), take_rel, OpPattern.INJECTIVE,
     attrs={"batch_dims": 0, "axis": None, "mode": "clip"}, normalize=_normalize_take,
-    reference=_take_ref,
+    reference=_take_ref, compute=C.take_compute,
     doc="Gather slices of ``data`` along ``axis`` (the flattened data when ``axis=None``) at integer "
         "``indices``; the first ``batch_dims`` dims of data and indices are matched. ``mode`` "
         "handles indices out of range: ``clip`` clamps to ``[0, n-1]`` (negative ones give 0), "
@@ -757,6 +762,7 @@ strided_slice = register(OpDef(
     "strided_slice", ("data",), strided_slice_rel, OpPattern.INJECTIVE,
     attrs={"begin": (), "end": (), "strides": None, "axes": None, "slice_mode": "end"},
     normalize=_normalize_strided_slice, reference=_strided_slice_ref,
+    compute=C.strided_slice_compute,
     doc="Slice like numpy's ``x[b0:e0:s0, b1:e1:s1, ...]``: entry ``k`` of begin/end/strides "
         "applies to axis ``k`` (or to ``axes[k]``); negative indices count from the back, "
         "out-of-range ones are clamped, a None bound (or a missing one) runs to the end in the "
@@ -796,6 +802,7 @@ broadcast_to = register(OpDef(
     "broadcast_to", ("data",), broadcast_to_rel, OpPattern.BROADCAST, attrs={"shape": ()},
     normalize=_normalize_broadcast_to,
     reference=lambda x, attrs: np.array(np.broadcast_to(x, attrs.shape)),
+    compute=C.broadcast_to_compute,
     doc="Broadcast ``data`` to ``shape`` with numpy's rules. Pattern kind BROADCAST, as in TVM."))
 
 
@@ -819,7 +826,7 @@ def tile_rel(types, attrs):
 
 tile = register(OpDef(
     "tile", ("data",), tile_rel, OpPattern.BROADCAST, attrs={"reps": ()}, normalize=_normalize_tile,
-    reference=lambda x, attrs: np.tile(x, attrs.reps),
+    reference=lambda x, attrs: np.tile(x, attrs.reps), compute=C.tile_compute,
     doc="Repeat the whole tensor ``reps[i]`` times along each axis (numpy's ``tile``; every rep "
         "at least 1). Pattern kind BROADCAST, as in TVM."))
 
@@ -849,6 +856,7 @@ repeat = register(OpDef(
     "repeat", ("data",), repeat_rel, OpPattern.BROADCAST, attrs={"repeats": 1, "axis": 0},
     normalize=_normalize_repeat,
     reference=lambda x, attrs: np.repeat(x, attrs.repeats, axis=attrs.axis),
+    compute=C.repeat_compute,
     doc="Repeat each element ``repeats`` times along ``axis`` (numpy's ``repeat``). Pattern kind "
         "BROADCAST, as in TVM."))
 
@@ -890,7 +898,7 @@ layout_transform = register(OpDef(
     attrs={"src_layout": "", "dst_layout": ""}, normalize=_normalize_layout_transform,
     reference=lambda x, attrs: np.ascontiguousarray(
         Layout(attrs.src_layout).transform_array(x, attrs.dst_layout)),
-    layout=layout_transform_layout,
+    compute=C.layout_transform_compute, layout=layout_transform_layout,
     doc="Rearrange ``data`` from ``src_layout`` to ``dst_layout`` over the same axes: NCHW <-> "
         "NHWC, NCHW <-> NCHW16c (``[N, C/16, H, W, 16]``), OIHW <-> OIHW16i16o, ...; a blocked "
         "axis must be divisible by its block."))
@@ -1061,7 +1069,7 @@ def _one_hot_ref(indices, on, off, attrs):
 one_hot = register(OpDef(
     "one_hot", ("indices", "on_value", "off_value"), one_hot_rel, OpPattern.OUT_ELEMWISE_FUSABLE,
     attrs={"depth": 1, "axis": -1, "dtype": "float32"}, normalize=_normalize_one_hot,
-    reference=_one_hot_ref,
+    reference=_one_hot_ref, compute=C.one_hot_compute,
     doc="A tensor of ``dtype`` holding ``on_value`` where ``indices`` equals the position along the "
         "new axis ``axis`` (of extent ``depth``) and ``off_value`` elsewhere; indices outside "
         "``[0, depth)`` give all ``off_value``. ``on_value``/``off_value`` are scalars, cast to "

@@ -1,0 +1,996 @@
+"""Tensor-expression computes of the operators, and the helpers they share.
+
+An operator's ``compute`` (the :class:`~relaybench.op.registry.OpDef` slot) builds the kernel
+body of one call from tensor expressions:
+
+    ``compute(inputs, attrs, out_type) -> te.Tensor`` (a list of tensors for a tuple-valued op)
+
+``inputs`` are :class:`relaybench.te.Tensor` s with static int shapes, one per argument of the call
+(a tuple argument, as ``concatenate``'s, is a list of tensors); ``attrs`` are the call's
+normalized Attrs and ``out_type`` its checked :class:`~relaybench.ir.types.TensorType` (a
+TupleType's field list for tuple-valued ops), whose shape the result has. Computes are built with
+``te.compute``, ``te.reduce_axis``, ``te.sum``/``max``/``min``, ``te.if_then_else``, ``te.cast``
+and the math intrinsics only, so that fusion can inline one into another and every backend can
+lower them. A dtype or layout that a compute cannot express raises :class:`CompileError` naming
+the op. Anchors (``nn.conv2d``, pooling) read their padded input through a ``pad`` stage of its
+own, which schedules inline; reductions that need a second pass (``mean``, ``softmax``,
+``argmax``) are chains of computes, the last one being the result.
+
+Every operator whose pattern kind is not OPAQUE has a compute except ``left_shift`` and
+``right_shift`` (the loop IR has no shifts), ``prod`` (tensor expressions reduce with sum, max and
+min only) and ``image.resize2d``; ``tests/op/test_computes.py`` keeps that list.
+
+>>> from relaybench import te
+>>> from relaybench.ir.types import TensorType
+>>> x, y = te.placeholder((2, 3), name="x"), te.placeholder((3,), name="y")
+>>> z = broadcast_binary("add", lambda a, b: a + b)([x, y], None, TensorType((2, 3), "float32"))
+>>> print(z.op.body)
+x[i0, i1] + y[i1]
+"""
+
+from __future__ import annotations
+
+from relaybench import te
+from relaybench.errors import CompileError
+from relaybench.te import loop_ir
+
+__all__ = ["broadcast_index", "broadcast_binary", "elementwise", "trunc_divide", "shape_of",
+           "is_float", "is_int", "ravel", "unravel", "clamp", "padded", "primal_indices",
+           "layout_indices"]
+
+
+def is_float(dtype: str) -> bool:
+    return dtype.startswith(("float", "bfloat"))
+
+
+def is_int(dtype: str) -> bool:
+    return dtype.startswith(("int", "uint"))
+
+
+def shape_of(out_type) -> tuple:
+    """The static int shape of a checked TensorType."""
+    return tuple(int(d) for d in out_type.shape)
+
+
+def broadcast_index(tensor, indices) -> tuple:
+    """The indices into ``tensor`` that numpy broadcasting reads at output ``indices``.
+
+    The tensor's dims align with the output's last ones; a dim of extent 1 reads index 0.
+    """
+    lead = len(indices) - tensor.ndim
+    return tuple(0 if extent == 1 else indices[lead + d] for d, extent in enumerate(tensor.shape))
+
+
+def _index_names(ndim: int):
+    return [f"i{d}" for d in range(ndim)]
+
+
+def broadcast_binary(name: str, scalar_fn):
+    """The compute of a broadcasting binary op whose element is ``scalar_fn(a, b, dtype)``."""
+    def compute(inputs, attrs, out_type):
+        lhs, rhs = inputs
+        shape = shape_of(out_type)
+        return te.compute(shape, lambda *idx: scalar_fn(lhs[broadcast_index(lhs, idx)],
+                                                        rhs[broadcast_index(rhs, idx)]),
+                          name=name)
+    compute.__name__ = f"{name}_compute"
+    return compute
+
+
+def elementwise(name: str, scalar_fn):
+    """The compute of a unary elementwise op whose element is ``scalar_fn(x, attrs)``."""
+    def compute(inputs, attrs, out_type):
+        (x,) = inputs
+        return te.compute(x.shape, lambda *idx: scalar_fn(x[idx], attrs), name=name)
+    compute.__name__ = f"{name}_compute"
+    return compute
+
+
+def trunc_divide(a, b):
+    """Integer division rounding toward zero (C's ``/``), from floor division."""
+    floor = a // b
+    inexact = loop_ir.not_equal(a % b, 0)
+    signs_differ = loop_ir.not_equal(a < 0, b < 0)
+    return te.if_then_else(inexact & signs_differ, floor + 1, floor)
+
+
+def _need(op: str, dtype: str, ok: bool, what: str):
+    if not ok:
+        raise CompileError(f"{op}: no compute for {dtype} tensors ({what})")
+
+
+# ---------------------------------------------------------------------------------------------
+# Binary operators (tensor.py)
+
+def _divide(a, b):
+    return trunc_divide(a, b) if is_int(a.dtype) else a / b
+
+
+def _floor_divide(a, b):
+    return a // b if is_int(a.dtype) else te.floor(a / b)
+
+
+def _mod(a, b):
+    if is_int(a.dtype):
+        return a - trunc_divide(a, b) * b
+    return a - _trunc(a / b) * b
+
+
+def _floor_mod(a, b):
+    return a % b if is_int(a.dtype) else a - te.floor(a / b) * b
+
+
+def _power(a, b):
+    _need("power", a.dtype, is_float(a.dtype), "integer powers are not expressible")
+    return te.power(a, b)
+
+
+def _trunc(x):
+    return te.if_then_else(x >= 0, te.floor(x), te.ceil(x))
+
+
+BINARY = {
+    "add": lambda a, b: a + b,
+    "subtract": lambda a, b: a - b,
+    "multiply": lambda a, b: a * b,
+    "divide": _divide,
+    "floor_divide": _floor_divide,
+    "mod": _mod,
+    "floor_mod": _floor_mod,
+    "power": _power,
+    "maximum": te.maximum,
+    "minimum": te.minimum,
+    "equal": loop_ir.equal,
+    "not_equal": loop_ir.not_equal,
+    "less": lambda a, b: a < b,
+    "less_equal": lambda a, b: a <= b,
+    "greater": lambda a, b: a > b,
+    "greater_equal": lambda a, b: a >= b,
+    "logical_and": loop_ir.logical_and,
+    "logical_or": loop_ir.logical_or,
+    "logical_xor": loop_ir.not_equal,
+}
+"""Element formulas of the broadcasting binary ops, by op name."""
+
+
+def binary_compute(name: str):
+    """The compute of the binary op ``name``, or None when it has none (the shifts)."""
+    fn = BINARY.get(name)
+    return broadcast_binary(name, fn) if fn is not None else None
+
+
+# ---------------------------------------------------------------------------------------------
+# Unary operators (tensor.py)
+
+def _round_half_away(x):
+    if not is_float(x.dtype):
+        return x
+    t = _trunc(x)
+    frac = x - t
+    step = te.if_then_else(x >= 0, te.cast(x.dtype, 1.0), te.cast(x.dtype, -1.0))
+    return t + te.if_then_else(te.abs(frac) >= 0.5, step, te.cast(x.dtype, 0.0))
+
+
+def _float_only(name, fn):
+    def scalar(x):
+        _need(name, x.dtype, is_float(x.dtype), "it needs floating point")
+        return fn(x)
+    return scalar
+
+
+def _keep_ints(fn):
+    return lambda x: fn(x) if is_float(x.dtype) else x
+
+
+UNARY = {
+    "negative": lambda x: -x,
+    "abs": te.abs,
+    "exp": _float_only("exp", te.exp),
+    "log": _float_only("log", te.log),
+    "sqrt": _float_only("sqrt", te.sqrt),
+    "rsqrt": _float_only("rsqrt", te.rsqrt),
+    "sigmoid": _float_only("sigmoid", te.sigmoid),
+    "tanh": _float_only("tanh", te.tanh),
+    "erf": _float_only("erf", te.erf),
+    "round": _round_half_away,
+    "floor": _keep_ints(te.floor),
+    "ceil": _keep_ints(te.ceil),
+    "logical_not": loop_ir.logical_not,
+}
+"""Element formulas of the unary elementwise ops, by op name."""
+
+
+def unary_compute(name: str):
+    fn = UNARY.get(name)
+    return elementwise(name, lambda x, attrs: fn(x)) if fn is not None else None
+
+
+def cast_to(dtype: str, x):
+    """``x`` converted to ``dtype``; any nonzero value becomes True for ``bool``."""
+    if dtype == "bool" and x.dtype != "bool":
+        return loop_ir.not_equal(x, 0)
+    return te.cast(dtype, x)
+
+
+def clip_compute(inputs, attrs, out_type):
+    import math
+    (x,) = inputs
+    lo, hi = attrs.a_min, attrs.a_max
+    if is_int(x.dtype):
+        import numpy as np
+        info = np.iinfo(x.dtype)
+        lo = int(min(max(math.ceil(lo) if math.isfinite(lo) else lo, info.min), info.max))
+        hi = int(max(min(math.floor(hi) if math.isfinite(hi) else hi, info.max), info.min))
+    return te.compute(x.shape, lambda *i: te.minimum(te.maximum(x[i], lo), hi), name="clip")
+
+
+def cast_compute(inputs, attrs, out_type):
+    x = inputs[0]     # cast_like's second input gives only the dtype
+    return te.compute(x.shape, lambda *i: cast_to(out_type.dtype, x[i]), name="cast")
+
+
+def where_compute(inputs, attrs, out_type):
+    cond, x, y = inputs
+    def body(*idx):
+        c = cond[broadcast_index(cond, idx)]
+        c = c if c.dtype == "bool" else loop_ir.not_equal(c, 0)
+        return te.if_then_else(c, x[broadcast_index(x, idx)], y[broadcast_index(y, idx)])
+    return te.compute(shape_of(out_type), body, name="where")
+
+
+def constant_fill(value, name: str):
+    """The compute of an op whose every element is ``value`` in the output dtype."""
+    def compute(inputs, attrs, out_type):
+        dtype = out_type.dtype
+        v = loop_ir.const(bool(value)) if dtype == "bool" else loop_ir.const(value, dtype)
+        return te.compute(shape_of(out_type), lambda *i: v, name=name)
+    compute.__name__ = f"{name}_compute"
+    return compute
+
+
+def full_compute(inputs, attrs, out_type):
+    fill = inputs[-1]
+    return te.compute(shape_of(out_type), lambda *i: cast_to(out_type.dtype, fill[()]),
+                      name="full")
+
+
+# ---------------------------------------------------------------------------------------------
+# Activations and bias (nn.py)
+
+def relu_compute(inputs, attrs, out_type):
+    (x,) = inputs
+    return te.compute(x.shape, lambda *i: te.maximum(x[i], 0), name="relu")
+
+
+def leaky_relu_compute(inputs, attrs, out_type):
+    (x,) = inputs
+    def body(*i):
+        v = x[i]
+        return te.if_then_else(v > 0, v, v * te.cast(x.dtype, attrs.alpha))
+    return te.compute(x.shape, body, name="leaky_relu")
+
+
+def _axis(axis: int, ndim: int) -> int:
+    return axis + ndim if axis < 0 else axis
+
+
+def prelu_compute(inputs, attrs, out_type):
+    x, alpha = inputs
+    axis = _axis(attrs.axis, x.ndim)
+    def body(*i):
+        v = x[i]
+        return te.if_then_else(v > 0, v, v * alpha[i[axis]])
+    return te.compute(x.shape, body, name="prelu")
+
+
+def bias_add_compute(inputs, attrs, out_type):
+    x, bias = inputs
+    axis = _axis(attrs.axis, x.ndim)
+    return te.compute(x.shape, lambda *i: x[i] + bias[i[axis]], name="bias_add")
+
+
+# ---------------------------------------------------------------------------------------------
+# Injective transforms (transform.py)
+
+def unravel(flat, shape) -> tuple:
+    """Row-major indices into ``shape`` of the flat index ``flat``."""
+    out = []
+    for extent in reversed(shape):
+        out.append(flat % extent if extent != 1 else 0)
+        flat = flat // extent
+    return tuple(reversed(out))
+
+
+def ravel(indices, shape):
+    """The row-major flat index of ``indices`` into ``shape``."""
+    flat = 0
+    for index, extent in zip(indices, shape):
+        flat = flat * extent + index
+    return flat
+
+
+def reshape_compute(inputs, attrs, out_type):
+    x = inputs[0]
+    shape = shape_of(out_type)
+    return te.compute(shape, lambda *i: x[unravel(ravel(i, shape), x.shape)], name="reshape")
+
+
+def transpose_compute(inputs, attrs, out_type):
+    (x,) = inputs
+    axes = attrs.axes if attrs.axes is not None else tuple(reversed(range(x.ndim)))
+    axes = [_axis(a, x.ndim) for a in axes]
+    def body(*i):
+        src = [None] * x.ndim
+        for out_dim, in_dim in enumerate(axes):
+            src[in_dim] = i[out_dim]
+        return x[tuple(src)]
+    return te.compute(shape_of(out_type), body, name="transpose")
+
+
+def _drop_unit_dims(name):
+    """Expand_dims, squeeze, batch_flatten and friends: equal element count, row-major order."""
+    def compute(inputs, attrs, out_type):
+        (x,) = inputs
+        shape = shape_of(out_type)
+        return te.compute(shape, lambda *i: x[unravel(ravel(i, shape), x.shape)], name=name)
+    compute.__name__ = f"{name}_compute"
+    return compute
+
+
+expand_dims_compute = _drop_unit_dims("expand_dims")
+squeeze_compute = _drop_unit_dims("squeeze")
+batch_flatten_compute = _drop_unit_dims("batch_flatten")
+
+
+def broadcast_to_compute(inputs, attrs, out_type):
+    (x,) = inputs
+    return te.compute(shape_of(out_type), lambda *i: x[broadcast_index(x, i)],
+                      name="broadcast_to")
+
+
+def _tuple_input(inputs) -> list:
+    """The tensors of a tuple argument (given as one list) or of the inputs themselves."""
+    if len(inputs) == 1 and isinstance(inputs[0], (list, tuple)):
+        return list(inputs[0])
+    return list(inputs)
+
+
+def concatenate_compute(inputs, attrs, out_type):
+    parts = _tuple_input(inputs)
+    shape = shape_of(out_type)
+    axis = _axis(attrs.axis, len(shape))
+    starts, at = [], 0
+    for p in parts:
+        starts.append(at)
+        at += p.shape[axis]
+    def body(*i):
+        def read(k):
+            idx = list(i)
+            idx[axis] = i[axis] - starts[k]
+            return parts[k][tuple(idx)]
+        value = read(len(parts) - 1)
+        for k in range(len(parts) - 2, -1, -1):
+            value = te.if_then_else(i[axis] < starts[k + 1], read(k), value)
+        return value
+    return te.compute(shape, body, name="concatenate")
+
+
+def stack_compute(inputs, attrs, out_type):
+    parts = _tuple_input(inputs)
+    shape = shape_of(out_type)
+    axis = _axis(attrs.axis, len(shape))
+    def body(*i):
+        rest = i[:axis] + i[axis + 1:]
+        value = parts[-1][rest]
+        for k in range(len(parts) - 2, -1, -1):
+            value = te.if_then_else(loop_ir.equal(i[axis], k), parts[k][rest], value)
+        return value
+    return te.compute(shape, body, name="stack")
+
+
+def split_compute(inputs, attrs, out_type):
+    (x,) = inputs
+    fields = out_type.fields if hasattr(out_type, "fields") else out_type
+    axis = _axis(attrs.axis, x.ndim)
+    outs, start = [], 0
+    for k, field in enumerate(fields):
+        shape = shape_of(field)
+        def body(*i, start=start):
+            idx = list(i)
+            idx[axis] = i[axis] + start
+            return x[tuple(idx)]
+        outs.append(te.compute(shape, body, name=f"split{k}"))
+        start += shape[axis]
+    return outs
+
+
+def tile_compute(inputs, attrs, out_type):
+    (x,) = inputs
+    shape = shape_of(out_type)
+    lead = len(shape) - x.ndim
+    return te.compute(shape, lambda *i: x[tuple(i[lead + d] % e if e != 1 else 0
+                                                 for d, e in enumerate(x.shape))], name="tile")
+
+
+def repeat_compute(inputs, attrs, out_type):
+    (x,) = inputs
+    axis = _axis(attrs.axis, x.ndim)
+    def body(*i):
+        idx = list(i)
+        idx[axis] = i[axis] // attrs.repeats
+        return x[tuple(idx)]
+    return te.compute(shape_of(out_type), body, name="repeat")
+
+
+# ---------------------------------------------------------------------------------------------
+# Reductions (reduce.py)
+
+def _reduce_plan(x, attrs):
+    from .reduce import reduce_axes
+    axes = reduce_axes(x.ndim, attrs.axis, attrs.exclude)
+    raxes = {a: te.reduce_axis(x.shape[a], name=f"k{a}") for a in axes}
+    def source_index(i):
+        idx, it = [], iter(i)
+        for d in range(x.ndim):
+            if d in raxes:
+                idx.append(raxes[d])
+                if attrs.keepdims:
+                    next(it)
+            else:
+                idx.append(next(it))
+        return tuple(idx)
+    return axes, raxes, source_index
+
+
+def reducer_compute(combiner: str, name: str):
+    """The compute of ``sum``, ``max`` or ``min``."""
+    reduce = {"sum": te.sum, "max": te.max, "min": te.min}[combiner]
+    def compute(inputs, attrs, out_type):
+        (x,) = inputs
+        axes, raxes, source_index = _reduce_plan(x, attrs)
+        shape = shape_of(out_type)
+        if not raxes:
+            return te.compute(shape, lambda *i: x[source_index(i)], name=name)
+        return te.compute(shape, lambda *i: reduce(x[source_index(i)], axis=list(raxes.values())),
+                          name=name)
+    compute.__name__ = f"{name}_compute"
+    return compute
+
+
+def mean_compute(inputs, attrs, out_type):
+    (x,) = inputs
+    total = reducer_compute("sum", "mean_sum")(inputs, attrs, out_type)
+    axes, _, _ = _reduce_plan(x, attrs)
+    count = 1
+    for a in axes:
+        count *= x.shape[a]
+    if is_int(x.dtype):
+        return te.compute(total.shape, lambda *i: trunc_divide(
+            total[i], loop_ir.const(count, x.dtype)), name="mean")
+    return te.compute(total.shape, lambda *i: total[i] / te.cast(x.dtype, float(count)),
+                      name="mean")
+
+
+REDUCE_COMPUTES = {
+    "sum": reducer_compute("sum", "sum"),
+    "max": reducer_compute("max", "max"),
+    "min": reducer_compute("min", "min"),
+    "mean": mean_compute,
+}
+"""Computes of the reductions, by op name (``prod``, ``all``, ``any``, the arg-reductions and
+``variance`` have none yet: the tensor expressions reduce with sum, max and min only)."""
+
+
+def _bool_reducer(combiner: str, name: str):
+    """``all`` (min) and ``any`` (max) of a bool tensor, reduced as int32."""
+    inner = reducer_compute(combiner, f"{name}_int")
+    def compute(inputs, attrs, out_type):
+        (x,) = inputs
+        as_int = te.compute(x.shape, lambda *i: te.cast("int32", x[i]), name=f"{name}_cast")
+        reduced = inner([as_int], attrs, out_type)
+        return te.compute(reduced.shape, lambda *i: loop_ir.not_equal(reduced[i], 0), name=name)
+    compute.__name__ = f"{name}_compute"
+    return compute
+
+
+REDUCE_COMPUTES["all"] = _bool_reducer("min", "all")
+REDUCE_COMPUTES["any"] = _bool_reducer("max", "any")
+
+
+# ---------------------------------------------------------------------------------------------
+# Padding (nn.pad and the padded reads of conv2d and pooling)
+
+def clamp(index, extent: int):
+    """``index`` held inside ``[0, extent)``: a padded read loads a valid element and selects."""
+    return te.minimum(te.maximum(index, 0), extent - 1)
+
+
+def padded(x, pads, value, name: str):
+    """``x`` with ``pads`` ((before, after) per axis) of the scalar expression ``value``."""
+    shape = tuple(e + b + a for e, (b, a) in zip(x.shape, pads))
+    def body(*i):
+        inside, src = None, []
+        for index, extent, (before, after) in zip(i, x.shape, pads):
+            j = index - before
+            src.append(clamp(j, extent) if (before or after) else j)
+            if before or after:
+                ok = (j >= 0) & (j < extent)
+                inside = ok if inside is None else inside & ok
+        v = x[tuple(src)]
+        return v if inside is None else te.if_then_else(inside, v, value)
+    return te.compute(shape, body, name=name)
+
+
+def pad_compute(inputs, attrs, out_type):
+    x, value = inputs
+    pads = attrs.pad_width
+    if attrs.pad_mode == "constant":
+        return padded(x, pads, cast_to(x.dtype, value[()]), "pad")
+    def body(*i):
+        src = []
+        for index, extent, (before, _) in zip(i, x.shape, pads):
+            j = index - before
+            if attrs.pad_mode == "edge":
+                src.append(clamp(j, extent))
+            else:  # reflect, border excluded
+                j = te.if_then_else(j < 0, -j, j)
+                src.append(te.if_then_else(j >= extent, 2 * (extent - 1) - j, j))
+        return x[tuple(src)]
+    return te.compute(shape_of(out_type), body, name="pad")
+
+
+# ---------------------------------------------------------------------------------------------
+# Matrix products (nn.py)
+
+def _operand(value, out_dtype):
+    return te.cast(out_dtype, value)
+
+
+def dense_compute(inputs, attrs, out_type):
+    x, w = inputs
+    dt = out_type.dtype
+    k = te.reduce_axis(x.shape[-1], name="k")
+    return te.compute(shape_of(out_type), lambda *i: te.sum(
+        _operand(x[i[:-1] + (k,)], dt) * _operand(w[i[-1], k], dt), axis=[k]), name="dense")
+
+
+def matmul_compute(inputs, attrs, out_type):
+    a, b = inputs
+    dt = out_type.dtype
+    k = te.reduce_axis(a.shape[-2] if attrs.transpose_a else a.shape[-1], name="k")
+    def body(*i):
+        if attrs.transpose_a:
+            av = a[i[:-2] + (k, i[-2])]
+        else:
+            av = a[i[:-1] + (k,)]
+        bv = b[i[-1], k] if attrs.transpose_b else b[k, i[-1]]
+        return te.sum(_operand(av, dt) * _operand(bv, dt), axis=[k])
+    return te.compute(shape_of(out_type), body, name="matmul")
+
+
+def batch_matmul_compute(inputs, attrs, out_type):
+    x, y = inputs
+    dt = out_type.dtype
+    k = te.reduce_axis(x.shape[1] if attrs.transpose_a else x.shape[2], name="k")
+    def body(bi, m, n):
+        bx = 0 if x.shape[0] == 1 else bi
+        by = 0 if y.shape[0] == 1 else bi
+        xv = x[bx, k, m] if attrs.transpose_a else x[bx, m, k]
+        yv = y[by, n, k] if attrs.transpose_b else y[by, k, n]
+        return te.sum(_operand(xv, dt) * _operand(yv, dt), axis=[k])
+    return te.compute(shape_of(out_type), body, name="batch_matmul")
+
+
+# ---------------------------------------------------------------------------------------------
+# Convolution and pooling, NCHW (nn.py)
+
+def _need_layout(op: str, got: str, want: str):
+    if got != want:
+        raise CompileError(f"{op}: the compute handles layout {want} only, got {got}")
+
+
+def primal_indices(layout, indices) -> dict:
+    """The full index of each primal axis (``"C"``...) from ``indices`` in ``layout``: a blocked
+    axis's outer index times its factor plus the inner one."""
+    out = {}
+    for p in layout.primal:
+        f = layout.factor_of(p)
+        outer = indices[layout.index_of(p)]
+        out[p] = outer * f + indices[layout.index_of(p.lower())] if f else outer
+    return out
+
+
+def layout_indices(layout, full: dict) -> tuple:
+    """The indices in ``layout`` of the element whose primal axes have the indices ``full``."""
+    idx = []
+    for ax in layout.axes:
+        f = layout.factor_of(ax.primal_name)
+        if ax.is_primal:
+            idx.append(full[ax.name] // f if f else full[ax.name])
+        else:
+            idx.append(full[ax.primal_name] % f)
+    return tuple(idx)
+
+
+def conv2d_compute(inputs, attrs, out_type):
+    """Grouped (and depthwise) 2-D convolution in any layouts the op accepts: ``NCHW``/``OIHW``,
+    permuted (``NHWC``/``HWIO``) or blocked (``NCHW8c``/``OIHW4i8o``). The reduction runs over
+    the input channels of the group and the kernel window; the padded data is a stage of its own
+    (inlined by the schedules)."""
+    from ..ir.layout import Layout
+    x, w = inputs
+    dl, kl = Layout(attrs.data_layout), Layout(attrs.kernel_layout)
+    ol = Layout(attrs.out_layout or attrs.data_layout)
+    dt = out_type.dtype
+    pt, pl, pb, pr = attrs.padding
+    sh, sw = attrs.strides
+    dh, dw = attrs.dilation
+    wext = kl.primal_extents(w.shape)
+    o, cg, kh, kw = wext["O"], wext["I"], wext["H"], wext["W"]
+    og = o // attrs.groups
+    src = x
+    if pt or pl or pb or pr:
+        pads = [(0, 0)] * x.ndim
+        pads[dl.index_of("H")], pads[dl.index_of("W")] = (pt, pb), (pl, pr)
+        src = padded(x, pads, te.cast(x.dtype, 0), "pad")
+    rc, ry, rx = (te.reduce_axis(cg, name="rc"), te.reduce_axis(kh, name="ry"),
+                  te.reduce_axis(kw, name="rx"))
+
+    def body(*i):
+        out = primal_indices(ol, i)
+        c = out["C"]
+        channel = (c // og) * cg + rc if attrs.groups > 1 else rc
+        value = src[layout_indices(dl, {"N": out["N"], "C": channel, "H": out["H"] * sh + ry * dh,
+                                        "W": out["W"] * sw + rx * dw})]
+        weight = w[layout_indices(kl, {"O": c, "I": rc, "H": ry, "W": rx})]
+        return te.sum(_operand(value, dt) * _operand(weight, dt), axis=[rc, ry, rx])
+    return te.compute(shape_of(out_type), body, name="conv2d")
+
+
+def _pool_axes(op: str, x, attrs):
+    """The positions of H and W in the pool's layout (any that keeps them whole: ``NCHW``,
+    ``NHWC``, ``NCHW8c``); the output must be in that layout too."""
+    from ..ir.layout import Layout
+    if attrs.out_layout and attrs.out_layout != attrs.layout:
+        raise CompileError(f"{op}: the compute writes its input's layout {attrs.layout}, "
+                           f"not out_layout={attrs.out_layout}")
+    layout = Layout(attrs.layout)
+    return layout.index_of("H"), layout.index_of("W")
+
+
+def _at_hw(i, hi, wi, h, w) -> tuple:
+    """The indices ``i`` with H and W replaced by ``h`` and ``w``."""
+    idx = list(i)
+    idx[hi], idx[wi] = h, w
+    return tuple(idx)
+
+
+def _pool_window(x, attrs, out_shape, hi, wi):
+    """Per spatial axis ``(before, after, extra)``: ``extra`` is what ``ceil_mode``'s last window
+    needs past the declared padding."""
+    pt, pl, pb, pr = attrs.padding
+    geometry = []
+    for axis, before, after, k, s, d in zip((hi, wi), (pt, pl), (pb, pr), attrs.pool_size,
+                                            attrs.strides, attrs.dilation):
+        extent, out = x.shape[axis], out_shape[axis]
+        extra = max(0, (out - 1) * s + (k - 1) * d + 1 - (extent + before + after))
+        geometry.append((before, after, extra))
+    return geometry
+
+
+def _pool_source(x, attrs, shape, hi, wi, value, name):
+    (bh, ah, eh), (bw, aw, ew) = geometry = _pool_window(x, attrs, shape, hi, wi)
+    pads = [(0, 0)] * x.ndim
+    pads[hi], pads[wi] = (bh, ah + eh), (bw, aw + ew)
+    return padded(x, pads, value, name), geometry
+
+
+def max_pool2d_compute(inputs, attrs, out_type):
+    (x,) = inputs
+    hi, wi = _pool_axes("nn.max_pool2d", x, attrs)
+    shape = shape_of(out_type)
+    src, _ = _pool_source(x, attrs, shape, hi, wi, loop_ir.const(_lowest(x.dtype), x.dtype), "pad")
+    (kh, kw), (sh, sw), (dh, dw) = attrs.pool_size, attrs.strides, attrs.dilation
+    ry, rx = te.reduce_axis(kh, name="ry"), te.reduce_axis(kw, name="rx")
+    return te.compute(shape, lambda *i: te.max(
+        src[_at_hw(i, hi, wi, i[hi] * sh + ry * dh, i[wi] * sw + rx * dw)], axis=[ry, rx]),
+        name="max_pool2d")
+
+
+def _lowest(dtype: str):
+    import numpy as np
+    if is_float(dtype):
+        return float(np.finfo(dtype).min)
+    return int(np.iinfo(dtype).min)
+
+
+def avg_pool2d_compute(inputs, attrs, out_type):
+    (x,) = inputs
+    hi, wi = _pool_axes("nn.avg_pool2d", x, attrs)
+    shape = shape_of(out_type)
+    acc = x.dtype if is_float(x.dtype) else "float64"
+    src, geometry = _pool_source(x, attrs, shape, hi, wi, te.cast(x.dtype, 0), "pad")
+    (bh, ah, _), (bw, aw, _) = geometry
+    (kh, kw), (sh, sw), (dh, dw) = attrs.pool_size, attrs.strides, attrs.dilation
+    ry, rx = te.reduce_axis(kh, name="ry"), te.reduce_axis(kw, name="rx")
+    total = te.compute(shape, lambda *i: te.sum(te.cast(acc, src[_at_hw(
+        i, hi, wi, i[hi] * sh + ry * dh, i[wi] * sw + rx * dw)]), axis=[ry, rx]),
+        name="avg_pool2d_sum")
+
+    # the divisor: the taps on the input (or, with count_include_pad, on the declared padding too)
+    def taps(pos, k, s, d, extent, before, after):
+        if attrs.count_include_pad:
+            lo, hi_ = 0, before + extent + after
+        else:
+            lo, hi_ = before, before + extent
+        count = None
+        for t in range(k):
+            at = pos * s + t * d
+            one = te.if_then_else((at >= lo) & (at < hi_), te.cast(acc, 1.0), te.cast(acc, 0.0))
+            count = one if count is None else count + one
+        return count
+
+    def body(*i):
+        count = (taps(i[hi], kh, sh, dh, x.shape[hi], bh, ah)
+                 * taps(i[wi], kw, sw, dw, x.shape[wi], bw, aw))
+        mean = total[i] / te.maximum(count, te.cast(acc, 1.0))
+        return mean if is_float(x.dtype) else te.cast(x.dtype, _trunc(mean))
+    return te.compute(shape, body, name="avg_pool2d")
+
+
+def _global_pool(combiner: str, name: str):
+    def compute(inputs, attrs, out_type):
+        (x,) = inputs
+        hi, wi = _pool_axes(name, x, attrs)
+        ry, rx = te.reduce_axis(x.shape[hi], name="ry"), te.reduce_axis(x.shape[wi], name="rx")
+        reduce = te.sum if combiner == "sum" else te.max
+        shape = shape_of(out_type)
+        total = te.compute(shape, lambda *i: reduce(x[_at_hw(i, hi, wi, ry, rx)], axis=[ry, rx]),
+                           name=f"{name}_reduce")
+        if combiner == "max":
+            return total
+        count = x.shape[hi] * x.shape[wi]
+        if is_int(x.dtype):
+            return te.compute(shape, lambda *i: trunc_divide(
+                total[i], loop_ir.const(count, x.dtype)), name=name)
+        return te.compute(shape, lambda *i: total[i] / te.cast(x.dtype, float(count)), name=name)
+    compute.__name__ = f"{name.replace('.', '_')}_compute"
+    return compute
+
+
+global_avg_pool2d_compute = _global_pool("sum", "nn.global_avg_pool2d")
+global_max_pool2d_compute = _global_pool("max", "nn.global_max_pool2d")
+
+
+# ---------------------------------------------------------------------------------------------
+# Softmax (nn.py): max, exp-sum and normalize stages
+
+def _softmax_stages(x, attrs, name):
+    axis = _axis(attrs.axis, x.ndim)
+    reduced = x.shape[:axis] + x.shape[axis + 1:]
+    k1, k2 = te.reduce_axis(x.shape[axis], name="k"), te.reduce_axis(x.shape[axis], name="k")
+    def at(i, k):
+        return x[tuple(i[:axis]) + (k,) + tuple(i[axis:])]
+    peak = te.compute(reduced, lambda *i: te.max(at(i, k1), axis=[k1]), name=f"{name}_max")
+    def drop(i):
+        return tuple(i[:axis]) + tuple(i[axis + 1:])
+    total = te.compute(reduced, lambda *i: te.sum(te.exp(at(i, k2) - peak[i]), axis=[k2]),
+                       name=f"{name}_sum")
+    return axis, drop, peak, total
+
+
+def softmax_compute(inputs, attrs, out_type):
+    (x,) = inputs
+    axis, drop, peak, total = _softmax_stages(x, attrs, "softmax")
+    return te.compute(x.shape, lambda *i: te.exp(x[i] - peak[drop(i)]) / total[drop(i)],
+                      name="softmax")
+
+
+def log_softmax_compute(inputs, attrs, out_type):
+    (x,) = inputs
+    axis, drop, peak, total = _softmax_stages(x, attrs, "log_softmax")
+    return te.compute(x.shape, lambda *i: x[i] - peak[drop(i)] - te.log(total[drop(i)]),
+                      name="log_softmax")
+
+
+# ---------------------------------------------------------------------------------------------
+# Gathers, slices and layouts (transform.py)
+
+def strided_slice_compute(inputs, attrs, out_type):
+    from .transform import _slice_specs, _static_bounds
+    (x,) = inputs
+    starts = {}
+    for axis, b, e, s in _slice_specs(x.ndim, attrs):
+        size_mode = attrs.slice_mode == "size"
+        b, _ = _static_bounds(x.shape[axis], b, e, s, size_mode)
+        starts[axis] = (max(b, 0), 1 if size_mode else s)
+    def body(*i):
+        return x[tuple(starts[d][0] + i[d] * starts[d][1] if d in starts else i[d]
+                       for d in range(x.ndim))]
+    return te.compute(shape_of(out_type), body, name="strided_slice")
+
+
+def take_compute(inputs, attrs, out_type):
+    data, indices = inputs
+    def fix(index, n):
+        index = te.cast("int64", index)
+        if attrs.mode == "clip":
+            return clamp(index, n)
+        if attrs.mode == "wrap":
+            return index % n
+        return index
+    if attrs.axis is None:
+        size = 1
+        for e in data.shape:
+            size *= e
+        return te.compute(shape_of(out_type),
+                          lambda *i: data[unravel(fix(indices[i], size), data.shape)], name="take")
+    axis = _axis(attrs.axis, data.ndim)
+    nb = attrs.batch_dims + indices.ndim if attrs.batch_dims < 0 else attrs.batch_dims
+    ni = indices.ndim - nb
+    def body(*i):
+        at = tuple(i[:nb]) + tuple(i[axis:axis + ni])
+        picked = fix(indices[at], data.shape[axis])
+        return data[tuple(i[:axis]) + (picked,) + tuple(i[axis + ni:])]
+    return te.compute(shape_of(out_type), body, name="take")
+
+
+def layout_transform_compute(inputs, attrs, out_type):
+    """Any rearrangement between layouts of the same primal axes (``NCHW`` <-> ``NCHW8c``,
+    ``OIHW`` <-> ``OIHW4i8o``): each primal index is rebuilt from the destination's axes, then
+    split into the source's."""
+    from ..ir.layout import Layout
+    (x,) = inputs
+    src, dst = Layout(attrs.src_layout), Layout(attrs.dst_layout)
+    return te.compute(shape_of(out_type), lambda *i: x[layout_indices(src, primal_indices(dst, i))],
+                      name="layout_transform")
+
+
+def one_hot_compute(inputs, attrs, out_type):
+    indices, on, off = inputs
+    shape = shape_of(out_type)
+    p = _axis(attrs.axis, len(shape))
+    dt = out_type.dtype
+    def body(*i):
+        hit = loop_ir.equal(te.cast("int64", indices[tuple(i[:p]) + tuple(i[p + 1:])]), i[p])
+        return te.if_then_else(hit, cast_to(dt, on[()]), cast_to(dt, off[()]))
+    return te.compute(shape, body, name="one_hot")
+
+
+# ---------------------------------------------------------------------------------------------
+# Arg-reductions and variance (reduce.py)
+
+def _arg_reducer(combiner: str, name: str):
+    """argmax/argmin: the extreme value, then the first (or last) flat position holding it."""
+    def compute(inputs, attrs, out_type):
+        (x,) = inputs
+        axes, raxes, source_index = _reduce_plan(x, attrs)
+        shape = shape_of(out_type)
+        reduce = te.max if combiner == "max" else te.min
+        best = te.compute(shape, lambda *i: reduce(x[source_index(i)], axis=list(raxes.values())),
+                          name=f"{name}_value")
+        _, raxes2, source_index2 = _reduce_plan(x, attrs)
+        flat = ravel([raxes2[a] for a in axes], [x.shape[a] for a in axes])
+        size = 1
+        for a in axes:
+            size *= x.shape[a]
+        def body(*i):
+            hit = loop_ir.equal(x[source_index2(i)], best[i])
+            if attrs.select_last_index:
+                return te.max(te.if_then_else(hit, flat, -1), axis=list(raxes2.values()))
+            return te.min(te.if_then_else(hit, flat, size), axis=list(raxes2.values()))
+        position = te.compute(shape, body, name=f"{name}_position")
+        return te.compute(shape, lambda *i: te.cast("int32", position[i]), name=name)
+    compute.__name__ = f"{name}_compute"
+    return compute
+
+
+def variance_compute(inputs, attrs, out_type):
+    x, mean = inputs
+    _need("variance", x.dtype, is_float(x.dtype), "integer variance is not expressible yet")
+    axes, raxes, source_index = _reduce_plan(x, attrs)
+    shape = shape_of(out_type)
+    def body(*i):
+        src = source_index(i)
+        d = x[src] - mean[broadcast_index(mean, src)]
+        return te.sum(d * d, axis=list(raxes.values()))
+    total = te.compute(shape, body, name="variance_sum")
+    count = 1
+    for a in axes:
+        count *= x.shape[a]
+    count -= 1 if attrs.unbiased else 0
+    return te.compute(shape, lambda *i: total[i] / te.cast(x.dtype, float(count)), name="variance")
+
+
+REDUCE_COMPUTES["argmax"] = _arg_reducer("max", "argmax")
+REDUCE_COMPUTES["argmin"] = _arg_reducer("min", "argmin")
+REDUCE_COMPUTES["variance"] = variance_compute
+
+
+def adaptive_avg_pool2d_compute(inputs, attrs, out_type):
+    """PyTorch's bins: output row ``i`` of ``oh`` averages input rows ``floor(i * H / oh)`` to
+    ``ceil((i + 1) * H / oh)``; a reduction over the widest bin, masked to each bin."""
+    (x,) = inputs
+    _need_layout("nn.adaptive_avg_pool2d", attrs.layout, "NCHW")
+    _need_layout("nn.adaptive_avg_pool2d", attrs.out_layout or "NCHW", "NCHW")
+    shape = shape_of(out_type)
+    (h, w), (oh, ow) = x.shape[2:], shape[2:]
+    acc = x.dtype if is_float(x.dtype) else "float64"
+
+    def bins(extent, out):
+        widest = max(-(-(i + 1) * extent // out) - (i * extent) // out for i in range(out))
+        first = lambda i: (i * extent) // out                 # noqa: E731
+        stop = lambda i: ((i + 1) * extent + out - 1) // out  # noqa: E731
+        return widest, first, stop
+
+    kh, h_lo, h_hi = bins(h, oh)
+    kw, w_lo, w_hi = bins(w, ow)
+    ry, rx = te.reduce_axis(kh, name="ry"), te.reduce_axis(kw, name="rx")
+
+    def total_body(n, c, y, xx):
+        row, col = h_lo(y) + ry, w_lo(xx) + rx
+        inside = (row < h_hi(y)) & (col < w_hi(xx))
+        value = te.cast(acc, x[n, c, clamp(row, h), clamp(col, w)])
+        return te.sum(te.if_then_else(inside, value, te.cast(acc, 0.0)), axis=[ry, rx])
+
+    total = te.compute(shape, total_body, name="adaptive_avg_pool2d_sum")
+
+    def body(n, c, y, xx):
+        count = te.cast(acc, (h_hi(y) - h_lo(y)) * (w_hi(xx) - w_lo(xx)))
+        mean = total[n, c, y, xx] / count
+        return mean if is_float(x.dtype) else te.cast(x.dtype, _trunc(mean))
+    return te.compute(shape, body, name="adaptive_avg_pool2d")
+
+
+def batch_norm_compute(inputs, attrs, out_type):
+    """Inference batch norm: ``(x - mean) / sqrt(var + epsilon) * gamma + beta`` along ``axis``;
+    the mean and variance pass through as the second and third outputs."""
+    x, gamma, beta, mean, var = inputs
+    _need("nn.batch_norm", x.dtype, is_float(x.dtype), "it needs floating point")
+    axis = _axis(attrs.axis, x.ndim)
+    eps = te.cast(x.dtype, float(attrs.epsilon))
+    def body(*i):
+        c = i[axis]
+        inv = te.rsqrt(var[c] + eps)
+        if attrs.scale:
+            inv = inv * gamma[c]
+        y = (x[i] - mean[c]) * inv
+        return y + beta[c] if attrs.center else y
+    out = te.compute(x.shape, body, name="batch_norm")
+    mean_out = te.compute(mean.shape, lambda i: mean[i], name="batch_norm_mean")
+    var_out = te.compute(var.shape, lambda i: var[i], name="batch_norm_var")
+    return [out, mean_out, var_out]
+
+
+def conv2d_transpose_compute(inputs, attrs, out_type):
+    """Transposed 2-D convolution, gathered: output row ``y`` sums the input rows ``iy`` with
+    ``y + pad_top == iy * stride + ky * dilation`` (likewise for columns), over the input channels
+    of the output channel's group; the weight is ``IOHW`` (or any layout of those axes)."""
+    from ..ir.layout import Layout
+    x, w = inputs
+    dl, kl = Layout(attrs.data_layout), Layout(attrs.kernel_layout)
+    ol = Layout(attrs.out_layout or attrs.data_layout)
+    dt = out_type.dtype
+    xext, wext = dl.primal_extents(x.shape), kl.primal_extents(w.shape)
+    h, wd = xext["H"], xext["W"]
+    cg, og, kh, kw = xext["C"] // attrs.groups, wext["O"], wext["H"], wext["W"]
+    pt, pl, _, _ = attrs.padding
+    (sh, sw), (dh, dw) = attrs.strides, attrs.dilation
+    rc, ry, rx = (te.reduce_axis(cg, name="rc"), te.reduce_axis(kh, name="ry"),
+                  te.reduce_axis(kw, name="rx"))
+
+    def body(*i):
+        out = primal_indices(ol, i)
+        c = out["C"]
+        channel = (c // og) * cg + rc if attrs.groups > 1 else rc
+        my, mx = out["H"] + pt - ry * dh, out["W"] + pl - rx * dw
+        iy, ix = my // sh, mx // sw
+        hit = (loop_ir.equal(my % sh, 0) & (my >= 0) & (iy < h)
+               & loop_ir.equal(mx % sw, 0) & (mx >= 0) & (ix < wd))
+        value = x[layout_indices(dl, {"N": out["N"], "C": channel, "H": clamp(iy, h),
+                                      "W": clamp(ix, wd)})]
+        weight = w[layout_indices(kl, {"I": channel, "O": c % og if attrs.groups > 1 else c,
+                                       "H": ry, "W": rx})]
+        product = _operand(value, dt) * _operand(weight, dt)
+        return te.sum(te.if_then_else(hit, product, te.cast(dt, 0)), axis=[rc, ry, rx])
+    return te.compute(shape_of(out_type), body, name="conv2d_transpose")
