@@ -873,7 +873,12 @@ class _Evaluator:
     def _allocate(self, s):
         # Filled with NaN (or a marker integer) so that reading before writing shows up.
         array = np.empty(s.buffer.shape, s.buffer.dtype)
-        array.fill(np.nan if _is_float(s.buffer.dtype) else 0x5A5A)
+        if _is_float(s.buffer.dtype):
+            array.fill(np.nan)
+        elif s.buffer.dtype == "bool":
+            array.fill(True)
+        else:  # a marker that fits every integer width: 0x5A5A..., truncated to the dtype
+            array.view(np.uint8).fill(0x5A)
         self.arrays[s.buffer] = array
         self.flat[s.buffer] = array.reshape(-1)
         self.stmt(s.body)

@@ -157,3 +157,23 @@ def test_evaluator_checks_arrays_and_bounds():
     unbound = PrimFunc("u", (A,), Store(A, (0,), cast("float32", Var("q"))))
     with pytest.raises(CompileError, match="variable q"):
         evaluate(unbound, np.zeros(3, "float32"))
+
+
+def test_8_bit_and_bool_temporaries_evaluate():
+    # a temporary of a narrow dtype: written, then read back (its initial marker must fit the dtype)
+    from relaybench.te import loop_ir as L
+
+    for dtype, values in (("int8", [-3, 0, 7, 100]), ("uint8", [0, 1, 200, 255]), ("bool", [True, False, True, True])):
+        a = L.Buffer("A", (4,), dtype)
+        out = L.Buffer("Out", (4,), dtype)
+        tmp = L.Buffer("T", (4,), dtype)
+        i, j = L.Var("i"), L.Var("j")
+        body = L.Allocate(tmp, L.SeqStmt((
+            L.For(i, L.IntImm(0), L.IntImm(4), "serial", L.Store(tmp, (i,), L.Load(a, (i,), dtype))),
+            L.For(j, L.IntImm(0), L.IntImm(4), "serial", L.Store(out, (j,), L.Load(tmp, (j,), dtype))),
+        )))
+        func = L.PrimFunc("copy_" + dtype, (a, out), body)
+        src = np.array(values, dtype=dtype)
+        dst = np.zeros(4, dtype=dtype)
+        L.evaluate(func, src, dst)
+        np.testing.assert_array_equal(dst, src)
