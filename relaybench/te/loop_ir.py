@@ -878,7 +878,7 @@ class _Evaluator:
         elif s.buffer.dtype == "bool":
             array.fill(True)
         else:  # a marker that fits every integer width: 0x5A5A..., truncated to the dtype
-            array.view(np.uint8).fill(0x5A)
+            array.reshape(-1).view(np.uint8).fill(0x5A)
         self.arrays[s.buffer] = array
         self.flat[s.buffer] = array.reshape(-1)
         self.stmt(s.body)

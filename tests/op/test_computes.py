@@ -65,7 +65,9 @@ def check(name, inputs, attrs=None, **kw):
         assert got.shape == want.shape, (name, got.shape, want.shape)
         assert got.dtype == want.dtype, (name, got.dtype, want.dtype)
         if got.dtype.kind == "f":
-            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=name)
+            # float32 sums lose absolute precision in proportion to the values' scale
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6 * max(1.0, float(np.abs(want).max(initial=0))),
+                                       err_msg=name)
         else:
             np.testing.assert_array_equal(got, want, err_msg=name)
 
@@ -414,7 +416,8 @@ def test_variance():
         m = x.mean(axis=attrs["axis"], keepdims=True).astype("float32")
         results, refs = run_compute("variance", [((2, 3, 4), f32), (m.shape, f32)], attrs,
                                     arrays=[x, m])
-        np.testing.assert_allclose(results[0], refs[0], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(results[0], refs[0], rtol=1e-5,
+                                   atol=1e-6 * max(1.0, float(np.abs(refs[0]).max(initial=0))))
 
 
 def test_adaptive_avg_pool2d():
@@ -432,4 +435,4 @@ def test_batch_norm():
     for attrs in ({}, {"center": False, "scale": False, "epsilon": 1e-3}):
         results, refs = run_compute("nn.batch_norm", ins, attrs, arrays=[x, gamma, beta, mean, var])
         for got, want in zip(results, refs):
-            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6 * max(1.0, float(np.abs(want).max(initial=0))))
