@@ -908,15 +908,20 @@ adaptive_avg_pool2d = register(OpDef(
 # =============================================================================================
 # nn.softmax, nn.log_softmax
 
-@relation("SoftmaxRel")
-def softmax_rel(types, attrs):
-    """``SoftmaxRel``: the output has the data's type; ``axis`` must be in range."""
+def _same_float_type_with_axis(types, attrs):
+    """The output has the (floating-point) data's type; ``axis`` must be in range."""
     (data,) = types
     if not known(data):
         return None
     data = _float_tensor(data)
     normalize_axis(attrs.axis, data.ndim)
     return data
+
+
+@relation("SoftmaxRel")
+def softmax_rel(types, attrs):
+    """``SoftmaxRel``: the output has the data's type; ``axis`` must be in range."""
+    return _same_float_type_with_axis(types, attrs)
 
 
 def _softmax_reference(x, attrs):
@@ -1054,12 +1059,7 @@ dropout = register(OpDef(
 @relation("LRNRel")
 def lrn_rel(types, attrs):
     """The output has the data's type; ``axis`` must be in range."""
-    (data,) = types
-    if not known(data):
-        return None
-    data = _float_tensor(data)
-    normalize_axis(attrs.axis, data.ndim)
-    return data
+    return _same_float_type_with_axis(types, attrs)
 
 
 def _normalize_lrn(a: dict) -> dict:
