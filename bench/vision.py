@@ -20,12 +20,13 @@ its speed relative to PyTorch eager (PyTorch's median over the engine's: above 1
 Threads: ``torch.set_num_threads``; ONNX Runtime's ``intra_op_num_threads`` (one inter-op
 thread, sequential execution); relaybench's ``RB_NUM_THREADS``.
 
-The relaybench column is :func:`relaybench_engine`: ``relaybench.build`` where it exists, and
-otherwise the reference interpreter, labelled "relaybench (interpreter)": that column is numpy
-running Relay's semantics, not compiled code, and its threads are those of numpy's OpenBLAS
-(set through the library's ``openblas_set_num_threads`` where numpy bundles it). With
-``relaybench.build``, the compile time is also measured, cold (an empty ``RB_CACHE_DIR``) and
-cached (the same build again).
+The relaybench column is :func:`relaybench_engine`: ``relaybench.build(mod, target="llvm",
+params=params, opt_level=3, num_threads=threads)``; should the build fail, the reference
+interpreter, labelled "relaybench (interpreter)" (numpy running Relay's semantics, not compiled
+code). The compile time is measured in fresh processes, cold (an empty ``RB_CACHE_DIR``) and
+cached (the same build again, reading the kernels the first one stored). For each thread count,
+relaybench's per-kernel profile gives every convolution's and dense layer's GFLOP/s, set against
+the machine's FMA peak and sgemm rate measured in the same run (``bench/peak.py``).
 
 Prints the load average at the start and the end (compare only runs on an idle machine), and
 writes every raw timing to ``OUT/vision-<time>.json``. Needs the bench extra:
@@ -55,6 +56,8 @@ os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 import numpy as np  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:   # bench/peak.py
+    sys.path.insert(0, str(HERE))
 
 # name -> (table label, input shape, keyword arguments of both builders)
 MODELS = {
@@ -161,29 +164,28 @@ def numpy_blas_threads() -> Optional[Callable[[int], None]]:
 
 
 def relaybench_engine(mod, params, threads: int) -> Engine:
-    """relaybench compiled with ``relaybench.build`` (target llvm, opt_level 3) where the package
-    has it; otherwise the reference interpreter, labelled as such. A build that fails falls back
-    to the interpreter too, with the error printed and kept in ``info``."""
+    """relaybench compiled with ``relaybench.build`` (target llvm, opt_level 3, ``threads``
+    threads); a build that fails falls back to the reference interpreter, labelled as such, with
+    the error printed and kept in ``info``."""
     import relaybench as rb
-    from relaybench import config
 
     info: dict = {}
-    if hasattr(rb, "build"):
-        try:
-            start = time.perf_counter()
-            with config.Context(RB_NUM_THREADS=threads):
-                lib = rb.build(mod, target="llvm", params=params, opt_level=3)
-            setup = time.perf_counter() - start
+    try:
+        start = time.perf_counter()
+        lib = rb.build(mod, target="llvm", params=params, opt_level=3, num_threads=threads)
+        setup = time.perf_counter() - start
 
-            def run(data):
-                with config.Context(RB_NUM_THREADS=threads):
-                    return _first_output(lib.run(data=data))
+        input_name = lib.input_names[0]
 
-            return Engine("relaybench", "relaybench", run, setup_s=setup, info={"compiled": True})
-        except Exception as exc:   # report it, and still give the run a relaybench column
-            info["build_error"] = f"{type(exc).__name__}: {exc}"
-            print(f"  relaybench.build failed ({info['build_error']}); using the interpreter",
-                  file=sys.stderr)
+        def run(data):
+            return _first_output(lib.run(**{input_name: data}))
+
+        return Engine("relaybench", "relaybench", run, setup_s=setup,
+                      info={"compiled": True, "module": lib})
+    except Exception as exc:   # report it, and still give the run a relaybench column
+        info["build_error"] = f"{type(exc).__name__}: {exc}"
+        print(f"  relaybench.build failed ({info['build_error']}); using the interpreter",
+              file=sys.stderr)
     start = time.perf_counter()
     evaluate = rb.create_executor("interpreter", mod=mod).evaluate()
     setup = time.perf_counter() - start
@@ -202,26 +204,48 @@ def relaybench_engine(mod, params, threads: int) -> Engine:
                   info=dict(info, compiled=False))
 
 
-def relaybench_compile_times(mod, params, threads: int) -> Optional[dict]:
-    """Seconds to ``relaybench.build`` the model with an empty kernel cache, then again with the
-    cache it filled; None without ``relaybench.build`` or when the build fails."""
-    import relaybench as rb
-    from relaybench import config
-    if not hasattr(rb, "build"):
-        return None
+_COMPILE_SCRIPT = """
+import sys, time
+import relaybench as rb
+mod, params = rb.models.get(sys.argv[1])
+start = time.perf_counter()
+rb.build(mod, target="llvm", params=params, opt_level=3)
+print(time.perf_counter() - start)
+"""
+
+
+def relaybench_compile_times(name: str) -> Optional[dict]:
+    """Seconds to ``relaybench.build`` the model (optimize, lower, compile every kernel), each in
+    a fresh process: ``cold`` with an empty kernel cache (``RB_CACHE_DIR``), ``cached`` again with
+    the cache the first filled. None when a build fails."""
+    import subprocess
     times = {}
     with tempfile.TemporaryDirectory(prefix="rb-vision-cache-") as cache:
-        with config.Context(RB_CACHE_DIR=cache, RB_NUM_THREADS=threads):
-            try:
-                for kind in ("cold", "cached"):
-                    start = time.perf_counter()
-                    rb.build(mod, target="llvm", params=params, opt_level=3)
-                    times[kind] = time.perf_counter() - start
-            except Exception as exc:
-                print(f"  relaybench.build failed while timing the compile: {type(exc).__name__}: {exc}",
+        env = dict(os.environ, RB_CACHE_DIR=cache)
+        for kind in ("cold", "cached"):
+            done = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT, name], env=env,
+                                  capture_output=True, text=True)
+            if done.returncode != 0:
+                print(f"  relaybench.build failed while timing the compile:\n{done.stderr[-2000:]}",
                       file=sys.stderr)
                 return None
+            times[kind] = float(done.stdout.strip().splitlines()[-1])
     return times
+
+
+def kernel_profile(lib, data, fma_gflops: float, sgemm_gflops: float) -> list:
+    """relaybench's convolution and dense kernels: time per call, GFLOP/s, and that rate over
+    the machine's FMA peak and sgemm rate measured in the same run."""
+    profile = lib.profile(number=20, data=data)
+    rows = []
+    for row in profile.groups:
+        if row["GFLOP/s"] == "":
+            continue
+        rate = float(row["GFLOP/s"])
+        rows.append({"group": row["group"], "rule": row["rule"], "calls": row["calls"],
+                     "ms_per_call": row["ms/call"], "gflops": rate,
+                     "of_fma_peak": rate / fma_gflops, "of_sgemm": rate / sgemm_gflops})
+    return rows
 
 
 # ---------------------------------------------------------------------------------------------
@@ -361,7 +385,7 @@ def run_model(tm, name: str, threads_list, repeat: int, number: int, warmup: int
     data = _input(name, shape)
     net = tm.load_params(tm.build(name, image_shape=shape[1:], **kwargs), params)
     onnx_path = tm.export_onnx(net, data, workdir / f"{name}.onnx")
-    compile_times = relaybench_compile_times(mod, params, max(threads_list))
+    compile_times = relaybench_compile_times(name)
     rows = []
     for threads in threads_list:
         engines = [torch_engine(net, threads), onnxruntime_engine(onnx_path, threads),
@@ -377,6 +401,13 @@ def run_model(tm, name: str, threads_list, repeat: int, number: int, warmup: int
                                          **summarize(timed["times_s"][e.key]), **e.info)
         if compile_times is not None:
             row["engines"]["relaybench"]["compile_s"] = compile_times
+        lib = row["engines"]["relaybench"].pop("module", None)
+        if lib is not None:
+            from peak import fma_peak, sgemm_rate   # bench/peak.py
+            fma = fma_peak(threads)
+            sgemm = sgemm_rate(threads, set_threads=numpy_blas_threads())
+            row["peak"] = {"fma_gflops": fma, "sgemm_gflops": sgemm}
+            row["kernels"] = kernel_profile(lib, data, fma, sgemm)
         rows.append(row)
         medians = ", ".join(f"{e.label} {row['engines'][e.key]['median_s'] * 1e3:.2f} ms" for e in engines)
         print(f"  {threads} thread(s): {medians}", flush=True)
@@ -405,7 +436,6 @@ def main(argv=None) -> int:
         ap.error("--threads must be positive, --repeat at least 1, --number at least 0")
 
     tm = _load_torch_models()
-    import relaybench as rb
     import torch
     try:
         torch.set_num_interop_threads(1)
@@ -417,9 +447,6 @@ def main(argv=None) -> int:
     mach, vers = machine(), versions()
     print(f"machine: {mach['cpu']}, {mach['cores']} cores, AVX-512 {'yes' if mach['avx512f'] else 'no'}; "
           + ", ".join(f"{k} {v}" for k, v in vers.items()))
-    if not hasattr(rb, "build"):
-        print("relaybench.build does not exist yet: the relaybench column is the reference interpreter "
-              "(numpy), not compiled code; its threads are numpy's OpenBLAS threads.")
     print(f"repeat {args.repeat}, number {args.number or 'auto'}, warmup {args.warmup}", flush=True)
 
     started = time.strftime("%Y%m%d-%H%M%S")
@@ -442,6 +469,18 @@ def main(argv=None) -> int:
                 seen.add(r["model"])
                 c = r["engines"]["relaybench"]["compile_s"]
                 print(f"| {r['label']} | {c['cold']:.2f} | {c['cached']:.2f} |")
+    for r in rows:
+        if not r.get("kernels"):
+            continue
+        peak = r["peak"]
+        print()
+        print(f"relaybench kernels, {r['label']}, {r['threads']} thread(s): machine FMA peak "
+              f"{peak['fma_gflops']:.0f} GFLOP/s, sgemm {peak['sgemm_gflops']:.0f} GFLOP/s")
+        print("| group | rule | calls | ms/call | GFLOP/s | of FMA peak | of sgemm |")
+        print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+        for k in r["kernels"]:
+            print(f"| {k['group']} | {k['rule']} | {k['calls']} | {k['ms_per_call']:.3f} | "
+                  f"{k['gflops']:.0f} | {k['of_fma_peak']:.0%} | {k['of_sgemm']:.0%} |")
     print()
     print(f"load average at end: {load_end}")
 

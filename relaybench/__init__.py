@@ -25,6 +25,7 @@ _LAZY = {
     "models": ("relaybench.models", None),
     "ir": ("relaybench.ir", None),
     "create_executor": ("relaybench.backends.executor", "create_executor"),
+    "build": ("relaybench.backends.build", "build"),
     "parse": ("relaybench.ir.parser", "parse"),
     "structural_equal": ("relaybench.ir.structural", "structural_equal"),
     "structural_hash": ("relaybench.ir.structural", "structural_hash"),

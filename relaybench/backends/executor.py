@@ -46,11 +46,61 @@ class InterpreterExecutor(Executor):
         return self._interp.evaluate(expr, binds)
 
 
-_KINDS = {"interpreter": InterpreterExecutor, "debug": InterpreterExecutor}
+class GraphExecutor(Executor):
+    """The graph executor: ``evaluate()`` builds ``@main`` once (opt_level and passes from the
+    current PassContext, 2 by default as in Relay) and returns a function of its inputs, given
+    in order or by name, that runs the compiled module and returns numpy arrays."""
+
+    def __init__(self, mod: Optional[IRModule], target=None):
+        super().__init__(mod, target if target is not None else "llvm")
+        self._built: dict = {}
+
+    def evaluate(self, expr: Optional[Expr] = None, binds: Optional[dict] = None):
+        from ..ir.expr import Function, GlobalVar
+        if binds:
+            raise ValueError("the graph executor takes no binds; pass the values as inputs")
+        if expr is None or (isinstance(expr, GlobalVar) and expr.name_hint == "main"):
+            mod, key = self.mod, "main"
+        elif isinstance(expr, Function):
+            mod, key = IRModule.from_expr(expr), expr
+        else:
+            raise ValueError("the graph executor evaluates @main or a Function, not "
+                             f"{type(expr).__name__}")
+        graph = self._built.get(key)
+        if graph is None:
+            from ..passes.infra import PassContext
+            from .build import build
+            ctx = PassContext.current()
+            graph = build(mod, self.target, opt_level=ctx.opt_level,
+                          required_pass=ctx.required_pass, disabled_pass=ctx.disabled_pass,
+                          config=ctx.config, instruments=ctx.instruments)
+            self._built[key] = graph
+        names = graph.input_names
+
+        def run(*args, **kwargs):
+            if len(args) > len(names):
+                from ..errors import ExecutionError
+                raise ExecutionError(f"@main takes {len(names)} inputs ({', '.join(names)}), "
+                                     f"got {len(args)}", expected=len(names), given=len(args))
+            inputs = dict(zip(names, args))
+            for name in kwargs:
+                if name in inputs:
+                    from ..errors import ExecutionError
+                    raise ExecutionError(f"input {name!r} given twice", input_name=name)
+            inputs.update(kwargs)
+            return graph.run(**inputs)
+
+        run.graph_module = graph
+        return run
+
+
+_KINDS = {"interpreter": InterpreterExecutor, "debug": InterpreterExecutor,
+          "graph": GraphExecutor}
 
 
 def create_executor(kind: str = "interpreter", mod: Optional[IRModule] = None, device=None, target=None):
-    """An executor of ``kind`` for ``mod``: ``"interpreter"`` now; ``"graph"`` and ``"vm"`` as they land."""
+    """An executor of ``kind`` for ``mod``: ``"interpreter"`` (the reference, every program) or
+    ``"graph"`` (static dataflow compiled for ``target``, default ``llvm``)."""
     try:
         cls = _KINDS[kind]
     except KeyError:

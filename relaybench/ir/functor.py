@@ -236,8 +236,12 @@ class ExprMutator(ExprFunctor):
         return node if r is node.ref and v is node.value else RefWrite(r, v).with_span(node.span)
 
 
-def post_order(expr: Expr) -> list:
-    """Every node reachable from ``expr``, each once, children before parents."""
+def post_order(expr: Expr, children=expr_children) -> list:
+    """Every node reachable from ``expr``, each once, children before parents.
+
+    ``children(node)`` gives the nodes to descend into (all of a node's children by default; a
+    walk that must not enter fused functions passes its own).
+    """
     out = []
     seen = set()
     stack = [(expr, False)]
@@ -250,7 +254,7 @@ def post_order(expr: Expr) -> list:
             continue
         seen.add(node)
         stack.append((node, True))
-        for child in reversed(expr_children(node)):
+        for child in reversed(children(node)):
             if child not in seen:
                 stack.append((child, False))
     return out

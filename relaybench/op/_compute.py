@@ -9,16 +9,16 @@ body of one call from tensor expressions:
 (a tuple argument, as ``concatenate``'s, is a list of tensors); ``attrs`` are the call's
 normalized Attrs and ``out_type`` its checked :class:`~relaybench.ir.types.TensorType` (a
 TupleType's field list for tuple-valued ops), whose shape the result has. Computes are built with
-``te.compute``, ``te.reduce_axis``, ``te.sum``/``max``/``min``, ``te.if_then_else``, ``te.cast``
-and the math intrinsics only, so that fusion can inline one into another and every backend can
-lower them. A dtype or layout that a compute cannot express raises :class:`CompileError` naming
-the op. Anchors (``nn.conv2d``, pooling) read their padded input through a ``pad`` stage of its
-own, which schedules inline; reductions that need a second pass (``mean``, ``softmax``,
-``argmax``) are chains of computes, the last one being the result.
+``te.compute``, ``te.reduce_axis``, ``te.sum``/``prod``/``max``/``min``, ``te.if_then_else``,
+``te.cast`` and the math intrinsics only, so that fusion can inline one into another and every
+backend can lower them. A dtype or layout that a compute cannot express raises
+:class:`CompileError` naming the op. Anchors (``nn.conv2d``, pooling) read their padded input
+through a ``pad`` stage of its own, which schedules inline; reductions that need a second pass
+(``mean``, ``softmax``, ``argmax``) are chains of computes, the last one being the result.
 
-Every operator whose pattern kind is not OPAQUE has a compute except ``left_shift`` and
-``right_shift`` (the loop IR has no shifts), ``prod`` (tensor expressions reduce with sum, max and
-min only) and ``image.resize2d``; ``tests/op/test_computes.py`` keeps that list.
+Every operator whose pattern kind is not OPAQUE has a compute, and so do the OPAQUE
+``nn.layer_norm``, ``nn.lrn`` and ``nn.dropout`` (each then is a kernel of its own);
+``tests/op/test_computes.py`` checks that no non-OPAQUE op lacks one.
 
 >>> from relaybench import te
 >>> from relaybench.ir.types import TensorType
@@ -34,9 +34,9 @@ from relaybench import te
 from relaybench.errors import CompileError
 from relaybench.te import loop_ir
 
-__all__ = ["broadcast_index", "broadcast_binary", "elementwise", "trunc_divide", "shape_of",
-           "is_float", "is_int", "ravel", "unravel", "clamp", "padded", "primal_indices",
-           "layout_indices"]
+__all__ = ["broadcast_index", "broadcast_binary", "elementwise", "trunc_divide", "divide_by_count",
+           "shape_of", "is_float", "is_int", "ravel", "unravel", "clamp", "padded",
+           "primal_indices", "layout_indices"]
 
 
 def is_float(dtype: str) -> bool:
@@ -94,6 +94,19 @@ def trunc_divide(a, b):
     return te.if_then_else(inexact & signs_differ, floor + 1, floor)
 
 
+def divide_by_count(total, count: int, dtype: str):
+    """``total / count`` as the reductions' references divide a sum: integers truncate toward
+    zero, computed in 64 bits so that a count past the dtype's range stays exact (0 when the
+    count is not positive); floats divide by the count in ``dtype``."""
+    if not is_int(dtype):
+        return total / loop_ir.const(float(count), dtype)
+    if count <= 0:
+        return loop_ir.const(0, dtype)
+    if dtype.startswith("uint"):
+        return te.cast(dtype, te.cast("uint64", total) // loop_ir.const(count, "uint64"))
+    return te.cast(dtype, trunc_divide(te.cast("int64", total), loop_ir.const(count, "int64")))
+
+
 def _need(op: str, dtype: str, ok: bool, what: str):
     if not ok:
         raise CompileError(f"{op}: no compute for {dtype} tensors ({what})")
@@ -149,12 +162,14 @@ BINARY = {
     "logical_and": loop_ir.logical_and,
     "logical_or": loop_ir.logical_or,
     "logical_xor": loop_ir.not_equal,
+    "left_shift": lambda a, b: a << b,
+    "right_shift": lambda a, b: a >> b,
 }
 """Element formulas of the broadcasting binary ops, by op name."""
 
 
 def binary_compute(name: str):
-    """The compute of the binary op ``name``, or None when it has none (the shifts)."""
+    """The compute of the binary op ``name``, or None when it has none."""
     fn = BINARY.get(name)
     return broadcast_binary(name, fn) if fn is not None else None
 
@@ -266,7 +281,7 @@ def leaky_relu_compute(inputs, attrs, out_type):
     (x,) = inputs
     def body(*i):
         v = x[i]
-        return te.if_then_else(v > 0, v, v * te.cast(x.dtype, attrs.alpha))
+        return te.if_then_else(v > 0, v, v * loop_ir.const(float(attrs.alpha), x.dtype))
     return te.compute(x.shape, body, name="leaky_relu")
 
 
@@ -443,10 +458,12 @@ def _reduce_plan(x, attrs):
 
 
 def reducer_compute(combiner: str, name: str):
-    """The compute of ``sum``, ``max`` or ``min``."""
-    reduce = {"sum": te.sum, "max": te.max, "min": te.min}[combiner]
+    """The compute of ``sum``, ``prod``, ``max`` or ``min``."""
+    reduce = {"sum": te.sum, "prod": te.prod, "max": te.max, "min": te.min}[combiner]
     def compute(inputs, attrs, out_type):
         (x,) = inputs
+        if x.dtype == "bool" and combiner in ("max", "min"):   # any and all
+            return _bool_reducer(combiner, name)(inputs, attrs, out_type)
         axes, raxes, source_index = _reduce_plan(x, attrs)
         shape = shape_of(out_type)
         if not raxes:
@@ -464,10 +481,7 @@ def mean_compute(inputs, attrs, out_type):
     count = 1
     for a in axes:
         count *= x.shape[a]
-    if is_int(x.dtype):
-        return te.compute(total.shape, lambda *i: trunc_divide(
-            total[i], loop_ir.const(count, x.dtype)), name="mean")
-    return te.compute(total.shape, lambda *i: total[i] / te.cast(x.dtype, float(count)),
+    return te.compute(total.shape, lambda *i: divide_by_count(total[i], count, x.dtype),
                       name="mean")
 
 
@@ -475,10 +489,11 @@ REDUCE_COMPUTES = {
     "sum": reducer_compute("sum", "sum"),
     "max": reducer_compute("max", "max"),
     "min": reducer_compute("min", "min"),
+    "prod": reducer_compute("prod", "prod"),
     "mean": mean_compute,
 }
-"""Computes of the reductions, by op name (``prod``, ``all``, ``any``, the arg-reductions and
-``variance`` have none yet: the tensor expressions reduce with sum, max and min only)."""
+"""Computes of the reductions, by op name (``all``, ``any``, the arg-reductions and ``variance``
+are added below)."""
 
 
 def _bool_reducer(combiner: str, name: str):
@@ -750,10 +765,7 @@ def _global_pool(combiner: str, name: str):
         if combiner == "max":
             return total
         count = x.shape[hi] * x.shape[wi]
-        if is_int(x.dtype):
-            return te.compute(shape, lambda *i: trunc_divide(
-                total[i], loop_ir.const(count, x.dtype)), name=name)
-        return te.compute(shape, lambda *i: total[i] / te.cast(x.dtype, float(count)), name=name)
+        return te.compute(shape, lambda *i: divide_by_count(total[i], count, x.dtype), name=name)
     compute.__name__ = f"{name.replace('.', '_')}_compute"
     return compute
 
@@ -864,6 +876,9 @@ def _arg_reducer(combiner: str, name: str):
     """argmax/argmin: the extreme value, then the first (or last) flat position holding it."""
     def compute(inputs, attrs, out_type):
         (x,) = inputs
+        if x.dtype == "bool":
+            src = x
+            x = te.compute(src.shape, lambda *i: te.cast("int32", src[i]), name=f"{name}_cast")
         axes, raxes, source_index = _reduce_plan(x, attrs)
         shape = shape_of(out_type)
         reduce = te.max if combiner == "max" else te.min
@@ -886,8 +901,9 @@ def _arg_reducer(combiner: str, name: str):
 
 
 def variance_compute(inputs, attrs, out_type):
+    """The mean squared difference from ``mean`` (integers: in the dtype, wrapping, then the
+    truncated division of the references)."""
     x, mean = inputs
-    _need("variance", x.dtype, is_float(x.dtype), "integer variance is not expressible yet")
     axes, raxes, source_index = _reduce_plan(x, attrs)
     shape = shape_of(out_type)
     def body(*i):
@@ -899,7 +915,8 @@ def variance_compute(inputs, attrs, out_type):
     for a in axes:
         count *= x.shape[a]
     count -= 1 if attrs.unbiased else 0
-    return te.compute(shape, lambda *i: total[i] / te.cast(x.dtype, float(count)), name="variance")
+    return te.compute(shape, lambda *i: divide_by_count(total[i], count, x.dtype),
+                      name="variance")
 
 
 REDUCE_COMPUTES["argmax"] = _arg_reducer("max", "argmax")
@@ -948,7 +965,7 @@ def batch_norm_compute(inputs, attrs, out_type):
     x, gamma, beta, mean, var = inputs
     _need("nn.batch_norm", x.dtype, is_float(x.dtype), "it needs floating point")
     axis = _axis(attrs.axis, x.ndim)
-    eps = te.cast(x.dtype, float(attrs.epsilon))
+    eps = loop_ir.const(float(attrs.epsilon), x.dtype)
     def body(*i):
         c = i[axis]
         inv = te.rsqrt(var[c] + eps)
@@ -994,3 +1011,182 @@ def conv2d_transpose_compute(inputs, attrs, out_type):
         product = _operand(value, dt) * _operand(weight, dt)
         return te.sum(te.if_then_else(hit, product, te.cast(dt, 0)), axis=[rc, ry, rx])
     return te.compute(shape_of(out_type), body, name="conv2d_transpose")
+
+
+# ---------------------------------------------------------------------------------------------
+# Image resizing (image.py)
+
+def _resize_coordinate(index, out_size: int, in_size: int, mode: str, start: float, end: float):
+    """The float32 input coordinate of output position ``index`` along one axis, with the
+    reference's operations in its order (the constants folded in float32 as it folds them)."""
+    import numpy as np
+    f = np.float32
+    x = te.cast("float32", index)
+    n_in, n_out = f(in_size), f(out_size)
+    scale = n_in / n_out
+    def k(v):
+        return loop_ir.const(float(f(v)), "float32")
+    if mode == "half_pixel" or (mode == "pytorch_half_pixel" and out_size > 1):
+        return (x + k(0.5)) * k(scale) - k(0.5)
+    if mode == "pytorch_half_pixel" or (mode == "align_corners" and out_size == 1):
+        return k(0.0)
+    if mode == "align_corners":
+        return k((n_in - f(1)) / f(out_size - 1)) * x
+    if mode == "asymmetric":
+        return k(scale) * x
+    if mode == "tf_half_pixel_for_nn":
+        return (x + k(0.5)) * k(scale)
+    s, e = f(start), f(end)          # tf_crop_and_resize
+    if out_size > 1:
+        return k(s * (n_in - f(1))) + x * k(e - s) * k(n_in - f(1)) / k(f(out_size - 1))
+    return k(f(0.5) * (s + e) * (n_in - f(1)))
+
+
+def _resize_round(c, method: str):
+    """The nearest pixel of coordinate ``c`` (float32) by ``rounding_method``, as int64."""
+    half, nudge = loop_ir.const(0.5, "float32"), loop_ir.const(1e-5, "float32")
+    if method == "round":                          # halves away from zero
+        r = te.if_then_else(c >= 0, te.floor(c + half), -te.floor(-c + half))
+    elif method == "round_prefer_floor":
+        r = te.ceil(c - half)
+    elif method == "round_prefer_ceil":
+        r = te.floor(c + half)
+    elif method == "floor":
+        r = te.floor(c + nudge)
+    else:                                          # ceil
+        r = te.ceil(c - nudge)
+    return te.cast("int64", r)
+
+
+def _cubic_weights(t, alpha: float, calc: str):
+    """The four cubic convolution weights at fraction ``t``, as the reference forms them."""
+    import numpy as np
+    a = np.dtype(calc).type(alpha)
+    def k(v):
+        return loop_ir.const(float(v), calc)
+    t2 = t * t
+    t3 = t2 * t
+    return [k(a) * (t3 - k(2) * t2 + t),
+            k(a + 2) * t3 - k(3 + a) * t2 + k(1),
+            k(-(a + 2)) * t3 + k(3 + 2 * a) * t2 - k(a) * t,
+            k(-a) * t3 + k(a) * t2]
+
+
+def _resize_taps(c, extent: int, attrs, calc: str):
+    """Clamped neighbour indices and weights of coordinate ``c`` along one axis: two for
+    ``linear``, four for ``cubic`` (weights of neighbours outside the image zeroed and the rest
+    renormalized under ``cubic_exclude``)."""
+    floor = te.floor(c)
+    base = te.cast("int64", floor)
+    t = te.cast(calc, c - floor)
+    if attrs.method == "linear":
+        firsts, weights = [base, base + 1], [loop_ir.const(1.0, calc) - t, t]
+    else:
+        firsts = [base + (i - 1) for i in range(4)]
+        weights = _cubic_weights(t, attrs.cubic_alpha, calc)
+        if attrs.cubic_exclude:
+            zero = loop_ir.const(0.0, calc)
+            weights = [te.if_then_else((j < 0) | (j >= extent), zero, w)
+                       for j, w in zip(firsts, weights)]
+            total = weights[0] + weights[1] + weights[2] + weights[3]
+            weights = [w / total for w in weights]
+    return [clamp(j, extent) for j in firsts], weights
+
+
+def resize2d_compute(inputs, attrs, out_type):
+    """``image.resize2d`` in any layout the op accepts (H and W whole): each output pixel's input
+    coordinates, then the nearest pixel or the weighted neighbours (width first, then height),
+    computed in float32 (float64 for float64 data) and cast to the output dtype, as the
+    reference does."""
+    from ..ir.layout import Layout
+    (x,) = inputs
+    layout = Layout(attrs.layout)
+    hi, wi = layout.index_of("H"), layout.index_of("W")
+    h, w = x.shape[hi], x.shape[wi]
+    out_h, out_w = attrs.size
+    mode, roi = attrs.coordinate_transformation_mode, attrs.roi
+    calc = "float64" if x.dtype == "float64" else "float32"
+    dt = out_type.dtype
+
+    def body(*i):
+        cy = _resize_coordinate(i[hi], out_h, h, mode, roi[0], roi[2])
+        cx = _resize_coordinate(i[wi], out_w, w, mode, roi[1], roi[3])
+        if attrs.method == "nearest_neighbor":
+            rounding = attrs.rounding_method or ("round" if mode == "align_corners" else "floor")
+            iy, ix = clamp(_resize_round(cy, rounding), h), clamp(_resize_round(cx, rounding), w)
+            value = te.cast(calc, x[_at_hw(i, hi, wi, iy, ix)])
+        else:
+            ys, wys = _resize_taps(cy, h, attrs, calc)
+            xs, wxs = _resize_taps(cx, w, attrs, calc)
+            value = None
+            for yi, wy in zip(ys, wys):
+                col = None
+                for xi, wx in zip(xs, wxs):
+                    term = te.cast(calc, x[_at_hw(i, hi, wi, yi, xi)]) * wx
+                    col = term if col is None else col + term
+                value = col * wy if value is None else value + col * wy
+        if mode == "tf_crop_and_resize":
+            outside = ((cy < 0) | (cy > h - 1)) | ((cx < 0) | (cx > w - 1))
+            value = te.if_then_else(outside, loop_ir.const(float(attrs.extrapolation_value), calc),
+                                    value)
+        return cast_to(dt, value) if dt != calc else value
+    return te.compute(shape_of(out_type), body, name="resize2d")
+
+
+# ---------------------------------------------------------------------------------------------
+# Layer norm, local response normalization, dropout (nn.py; OPAQUE ops, each its own kernel)
+
+def layer_norm_compute(inputs, attrs, out_type):
+    """``(x - mean) / sqrt(var + epsilon) * gamma + beta`` along ``axis``: a mean stage, a
+    (biased) variance stage, then the normalized output."""
+    x, gamma, beta = inputs
+    _need("nn.layer_norm", x.dtype, is_float(x.dtype), "it needs floating point")
+    axis = _axis(attrs.axis, x.ndim)
+    n = x.shape[axis]
+    reduced = x.shape[:axis] + x.shape[axis + 1:]
+    count = loop_ir.const(float(n), x.dtype)
+    def at(i, k):
+        return x[tuple(i[:axis]) + (k,) + tuple(i[axis:])]
+    k1, k2 = te.reduce_axis(n, name="k"), te.reduce_axis(n, name="k")
+    total = te.compute(reduced, lambda *i: te.sum(at(i, k1), axis=[k1]), name="layer_norm_sum")
+    mean = te.compute(reduced, lambda *i: total[i] / count, name="layer_norm_mean")
+    def squares(*i):
+        d = at(i, k2) - mean[i]
+        return te.sum(d * d, axis=[k2])
+    sq = te.compute(reduced, squares, name="layer_norm_sq")
+    eps = loop_ir.const(float(attrs.epsilon), x.dtype)
+    def body(*i):
+        r = tuple(i[:axis]) + tuple(i[axis + 1:])
+        y = (x[i] - mean[r]) * te.rsqrt(sq[r] / count + eps)
+        if attrs.scale:
+            y = y * gamma[i[axis]]
+        return y + beta[i[axis]] if attrs.center else y
+    return te.compute(x.shape, body, name="layer_norm")
+
+
+def lrn_compute(inputs, attrs, out_type):
+    """``x / (bias + alpha / size * s) ** beta``, ``s`` the sum of squares over the ``size``
+    neighbours ``c - size // 2 .. c + (size - 1) // 2`` along ``axis`` (out of range: 0)."""
+    (x,) = inputs
+    _need("nn.lrn", x.dtype, is_float(x.dtype), "it needs floating point")
+    axis = _axis(attrs.axis, x.ndim)
+    extent, half = x.shape[axis], attrs.size // 2
+    k = te.reduce_axis(attrs.size, name="k")
+    zero = loop_ir.const(0.0, x.dtype)
+    def window(*i):
+        j = i[axis] - half + k
+        v = x[tuple(i[:axis]) + (clamp(j, extent),) + tuple(i[axis + 1:])]
+        return te.sum(te.if_then_else((j >= 0) & (j < extent), v * v, zero), axis=[k])
+    s = te.compute(x.shape, window, name="lrn_sum")
+    bias = loop_ir.const(float(attrs.bias), x.dtype)
+    scale = loop_ir.const(float(attrs.alpha) / attrs.size, x.dtype)
+    beta = loop_ir.const(float(attrs.beta), x.dtype)
+    return te.compute(x.shape, lambda *i: x[i] / te.power(bias + scale * s[i], beta), name="lrn")
+
+
+def dropout_compute(inputs, attrs, out_type):
+    """Inference dropout: the data unchanged and a mask of ones."""
+    (x,) = inputs
+    out = te.compute(x.shape, lambda *i: x[i], name="dropout")
+    mask = te.compute(x.shape, lambda *i: loop_ir.const(1, x.dtype), name="dropout_mask")
+    return [out, mask]

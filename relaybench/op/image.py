@@ -37,6 +37,7 @@ import numpy as np
 
 from ..ir.layout import Layout
 from ..ir.types import TensorType, check_dtype
+from . import _compute as C
 from ._rel import as_int, fail, int_tuple, known, relation, tensor
 from .registry import OpDef, OpPattern, register
 
@@ -225,7 +226,8 @@ resize2d = register(OpDef(
     attrs={"size": None, "roi": None, "layout": "NCHW", "method": "linear",
            "coordinate_transformation_mode": "half_pixel", "rounding_method": "",
            "cubic_alpha": -0.5, "cubic_exclude": 0, "extrapolation_value": 0.0, "out_dtype": ""},
-    normalize=_normalize_resize2d, reference=_resize2d_ref, support_level=5,
+    normalize=_normalize_resize2d, reference=_resize2d_ref, compute=C.resize2d_compute,
+    support_level=5,
     doc="Resize the H and W axes of an image batch to ``size`` (any layout over N, C, H, W with "
         "only C or N blocked: NCHW, NHWC, NCHW16c). ``method`` is ``nearest_neighbor``, "
         "``linear`` or ``cubic``; ``coordinate_transformation_mode`` maps output pixels to input "

@@ -1027,7 +1027,7 @@ def _layer_norm_reference(x, gamma, beta, attrs):
 layer_norm = register(OpDef(
     "nn.layer_norm", ("data", "gamma", "beta"), layer_norm_rel, OpPattern.OPAQUE,
     attrs={"axis": -1, "epsilon": 1e-5, "center": True, "scale": True}, normalize=_normalize_norm,
-    reference=_layer_norm_reference,
+    reference=_layer_norm_reference, compute=C.layer_norm_compute,
     doc="``(x - mean) / sqrt(var + epsilon) * gamma + beta`` with the mean and (biased) variance "
         "taken along ``axis``."))
 
@@ -1051,7 +1051,8 @@ def _normalize_dropout(a: dict) -> dict:
 
 dropout = register(OpDef(
     "nn.dropout", ("data",), dropout_rel, OpPattern.OPAQUE, attrs={"rate": 0.5},
-    normalize=_normalize_dropout, reference=lambda x, attrs: (x, np.ones_like(x)), layout=dropout_layout,
+    normalize=_normalize_dropout, reference=lambda x, attrs: (x, np.ones_like(x)),
+    compute=C.dropout_compute, layout=dropout_layout,
     doc="Relay's tuple ``(out, mask)``; ``[0]`` is the output. At inference (the reference) the "
         "data passes through unchanged and the mask is all ones."))
 
@@ -1085,7 +1086,7 @@ def _lrn_reference(x, attrs):
 lrn = register(OpDef(
     "nn.lrn", ("data",), lrn_rel, OpPattern.OPAQUE,
     attrs={"size": 5, "axis": 1, "bias": 2.0, "alpha": 1e-5, "beta": 0.75}, normalize=_normalize_lrn,
-    reference=_lrn_reference,
+    reference=_lrn_reference, compute=C.lrn_compute,
     doc="Local response normalization across ``axis``: ``x / (bias + alpha / size * s) ** beta`` "
         "where ``s`` sums ``x**2`` over the ``size`` neighbours ``c - size // 2`` to "
         "``c + (size - 1) // 2`` (out-of-range ones count as 0)."))

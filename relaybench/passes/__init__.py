@@ -19,6 +19,9 @@ import pkgutil
 
 from .infra import (FunctionPass, ModulePass, Pass, PassContext, PassInfo, PassInstrument, Sequential,  # noqa: F401
                     function_pass, get_pass, list_passes, module_pass, parse_pipeline, register_pass)
+# Imported eagerly: importing the submodule ``relaybench.passes.bind_params`` anywhere would
+# otherwise make the package attribute the module, not the function.
+from .bind_params import bind_params, bind_params_by_name  # noqa: E402,F401
 
 # modules of this package that hold infrastructure, not passes
 _NOT_PASSES = {"bind_params", "infra", "instruments", "pipelines", "pattern", "dataflow_pattern", "well_formed"}
@@ -30,7 +33,6 @@ _LAZY = {
     "default_pipeline": "pipelines", "build_pipeline": "pipelines", "optimize": "pipelines",
     "pipeline_text": "pipelines", "passes_table": "infra", "pass_options": "infra",
     "unregister_pass": "infra", "check_well_formed": "well_formed", "WellFormedError": "well_formed",
-    "bind_params": "bind_params", "bind_params_by_name": "bind_params",
 }
 
 _loaded = False

@@ -55,7 +55,7 @@ from typing import Optional
 import numpy as np
 
 from ..ir.expr import Call, Constant, Function, Op, expr_children
-from ..ir.functor import ExprMutator
+from ..ir.functor import ExprMutator, post_order
 from ..ir.layout import Layout
 from ..ir.types import TensorType
 from .infra import Sequential, get_pass, module_pass, register_pass, typed
@@ -89,23 +89,8 @@ def _tensor(node) -> Optional[TensorType]:
 
 def _walk(body) -> list:
     """Every node under ``body``, children before parents, without entering Primitive functions."""
-    out, seen = [], set()
-    stack = [(body, False)]
-    while stack:
-        node, expanded = stack.pop()
-        if expanded:
-            out.append(node)
-            continue
-        if node in seen:
-            continue
-        seen.add(node)
-        stack.append((node, True))
-        if isinstance(node, Function) and node.attrs.get("Primitive"):
-            continue
-        for child in reversed(expr_children(node)):
-            if child not in seen:
-                stack.append((child, False))
-    return out
+    return post_order(body, lambda node: () if isinstance(node, Function)
+                      and node.attrs.get("Primitive") else expr_children(node))
 
 
 def _users(body, nodes) -> dict:

@@ -124,24 +124,8 @@ def _left_alone(func: Function) -> bool:
 def _post_dfs(root: Function) -> list:
     """Every node under ``root`` in post-DFS order, children in evaluation order, without entering
     functions fusion leaves alone."""
-    out = []
-    seen = set()
-    stack = [(root, False)]
-    while stack:
-        node, expanded = stack.pop()
-        if expanded:
-            out.append(node)
-            continue
-        if node in seen:
-            continue
-        seen.add(node)
-        stack.append((node, True))
-        if isinstance(node, Function) and node is not root and _left_alone(node):
-            continue
-        for child in reversed(expr_children(node)):
-            if child not in seen:
-                stack.append((child, False))
-    return out
+    return post_order(root, lambda node: () if isinstance(node, Function) and node is not root
+                      and _left_alone(node) else expr_children(node))
 
 
 def _regions(root: Function) -> dict:

@@ -2,7 +2,7 @@
 
 A kernel is described as tensor expressions (:func:`placeholder`, :func:`compute`, reductions
 over :func:`reduce_axis`), scheduled (:func:`create_schedule`: split, reorder, fuse, vectorize,
-parallel, unroll, compute_inline, compute_at) and lowered (:func:`lower`) to a
+parallel, unroll, compute_inline, compute_at, cache_write) and lowered (:func:`lower`) to a
 :class:`~relaybench.te.loop_ir.PrimFunc` that every code generator reads, and that
 :func:`evaluate` runs on numpy arrays as the reference.
 
@@ -26,14 +26,14 @@ def relu(X: Buffer((2, 3), "float32"), relu: Buffer((2, 3), "float32")):
 from relaybench.te import loop_ir
 from relaybench.te.compute import (abs, cast, ceil, compute, erf, exp, floor, if_then_else, log,
                                    max, max_value, maximum, min, min_value, minimum, placeholder,
-                                   power, reduce_axis, round, rsqrt, sigmoid, sqrt, sum, tanh)
+                                   power, prod, reduce_axis, round, rsqrt, sigmoid, sqrt, sum, tanh)
 from relaybench.te.loop_ir import PrimFunc, evaluate, logical_and, logical_not, logical_or
 from relaybench.te.lower import lower
 from relaybench.te.schedule import Schedule, Stage, create_schedule
 from relaybench.te.tensor import IterVar, Tensor
 
 __all__ = [
-    "loop_ir", "placeholder", "compute", "reduce_axis", "sum", "max", "min", "if_then_else",
+    "loop_ir", "placeholder", "compute", "reduce_axis", "sum", "prod", "max", "min", "if_then_else",
     "cast", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "abs", "floor", "ceil",
     "round", "power", "maximum", "minimum", "max_value", "min_value", "lower", "evaluate",
     "create_schedule", "Schedule", "Stage", "PrimFunc", "Tensor", "IterVar", "logical_and",

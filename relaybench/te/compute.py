@@ -2,7 +2,7 @@
 
 ``compute(shape, fcompute)`` calls ``fcompute`` with one index variable per output dimension (named
 after its parameters) and keeps the expression it returns; a reduction (:func:`sum`, :func:`max`,
-:func:`min` over :func:`reduce_axis` es) must be that whole expression, as in TVM.
+:func:`prod`, :func:`min` over :func:`reduce_axis` es) must be that whole expression, as in TVM.
 
 >>> from relaybench import te
 >>> A = te.placeholder((4, 8), "float32", name="A")
@@ -27,8 +27,8 @@ from relaybench.te import loop_ir
 from relaybench.te.loop_ir import Expr, const, convert, map_children
 from relaybench.te.tensor import ComputeOp, IterVar, PlaceholderOp, Reduce, Tensor
 
-__all__ = ["placeholder", "compute", "reduce_axis", "sum", "max", "min", "if_then_else", "cast",
-           "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "abs", "floor", "ceil",
+__all__ = ["placeholder", "compute", "reduce_axis", "sum", "prod", "max", "min", "if_then_else",
+           "cast", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "abs", "floor", "ceil",
            "round", "power", "max_value", "min_value"]
 
 _names = itertools.count()
@@ -129,6 +129,14 @@ sum.__doc__ = """Sum of ``expr`` over the reduce axes ``axis`` (starts from 0).
 >>> print(sum(X[k], axis=[k]))
 sum(X[k], axis=[k])
 """
+prod = _reducer("prod", lambda dtype: 1)
+prod.__doc__ = """Product of ``expr`` over the reduce axes ``axis`` (starts from 1).
+
+>>> k = reduce_axis(4, name="k")
+>>> X = placeholder((4,), name="X")
+>>> print(prod(X[k], axis=[k]))
+prod(X[k], axis=[k])
+"""
 max = _reducer("max", min_value)
 max.__doc__ = """Maximum of ``expr`` over ``axis`` (starts from the dtype's lowest value)."""
 min = _reducer("min", max_value)
@@ -149,9 +157,18 @@ def if_then_else(cond, true_value, false_value) -> Expr:
 def cast(dtype: str, expr) -> Expr:
     """``expr`` converted to ``dtype``.
 
+    A Python number becomes a constant of ``dtype`` directly (``cast("float64", 0.1)`` is the
+    float64 nearest 0.1, not a float32 widened).
+
     >>> print(cast("float32", IterVar("i", "int64", 4)))
     float32(i)
+    >>> cast("float64", 0.1)
+    FloatImm(0.1, float64)
     """
+    if isinstance(expr, (int, float, np.integer, np.floating)) and not isinstance(expr, bool):
+        if dtype.startswith(("int", "uint")) and isinstance(expr, (float, np.floating)):
+            return loop_ir.cast(dtype, expr)
+        return loop_ir.const(expr, dtype)
     return loop_ir.cast(dtype, expr)
 
 

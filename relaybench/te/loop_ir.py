@@ -46,6 +46,7 @@ __all__ = [
     "Call", "Stmt", "For", "Store", "LetStmt", "IfThenElse", "SeqStmt", "Allocate", "PrimFunc",
     "const", "convert", "min_expr", "max_expr", "select", "logical_and", "logical_or",
     "logical_not", "equal", "not_equal", "call", "cast", "substitute", "map_children",
+    "SHIFT_OPS",
     "evaluate", "to_text", "LOOP_KINDS", "INTRINSICS", "seq",
 ]
 
@@ -139,6 +140,18 @@ class Expr:
     def __rmod__(self, other):
         return _binary("%", other, self)
 
+    def __lshift__(self, other):
+        return _binary("<<", self, other)
+
+    def __rlshift__(self, other):
+        return _binary("<<", other, self)
+
+    def __rshift__(self, other):
+        return _binary(">>", self, other)
+
+    def __rrshift__(self, other):
+        return _binary(">>", other, self)
+
     def __neg__(self):
         return Unary("-", self, self.dtype)
 
@@ -204,14 +217,17 @@ class Var(Expr):
         return f"Var({self.name})"
 
 
-ARITH_OPS = ("+", "-", "*", "/", "//", "%", "min", "max")
+ARITH_OPS = ("+", "-", "*", "/", "//", "%", "min", "max", "<<", ">>")
+SHIFT_OPS = ("<<", ">>")
 COMPARE_OPS = ("<", "<=", ">", ">=", "==", "!=")
 LOGICAL_OPS = ("and", "or")
 
 
 @dataclass(frozen=True, eq=False, repr=False)
 class Binary(Expr):
-    """``a op b`` for op in ``+ - * / // % min max``, the comparisons, ``and`` and ``or``."""
+    """``a op b`` for op in ``+ - * / // % min max``, the shifts ``<< >>`` (integers: numpy's
+    meaning, so ``>>`` is arithmetic for signed and logical for unsigned dtypes), the
+    comparisons, ``and`` and ``or``."""
 
     op: str
     a: Expr
@@ -342,6 +358,11 @@ def _binary(op: str, a, b) -> Expr:
                            "(floor division) for integers")
     if op in ("//", "%") and not _is_int(dtype):
         raise CompileError(f"'{op}' needs integer operands, got {dtype}")
+    if op in SHIFT_OPS:
+        if not _is_int(dtype):
+            raise CompileError(f"'{op}' needs integer operands, got {dtype}: "
+                               f"{to_text(a)} {op} {to_text(b)}")
+        return Binary(op, a, b, dtype)
     # Fold integer constants and the identities that index arithmetic produces.
     if isinstance(a, IntImm) and isinstance(b, IntImm) and op in _FOLD:
         return IntImm(_FOLD[op](a.value, b.value), dtype)
@@ -638,7 +659,7 @@ def substitute(node, mapping: dict):
 # Printer
 
 _PREC = {"or": 1, "and": 2, "<": 4, "<=": 4, ">": 4, ">=": 4, "==": 4, "!=": 4,
-         "+": 5, "-": 5, "*": 6, "/": 6, "//": 6, "%": 6}
+         "<<": 5, ">>": 5, "+": 6, "-": 6, "*": 7, "/": 7, "//": 7, "%": 7}
 
 
 def _expr_text(e: Expr) -> tuple[str, int]:
@@ -667,12 +688,15 @@ def _expr_text(e: Expr) -> tuple[str, int]:
         inner, ip = _expr_text(e.a)
         if e.op == "not":
             return f"not {inner if ip > 3 else f'({inner})'}", 3
-        return f"-{inner if ip >= 7 else f'({inner})'}", 7
+        return f"-{inner if ip >= 8 else f'({inner})'}", 8
     if isinstance(e, Select):
         return (f"select({_expr_text(e.cond)[0]}, {_expr_text(e.true_value)[0]}, "
                 f"{_expr_text(e.false_value)[0]})"), 9
     if isinstance(e, Cast):
-        return f"{e.dtype}({_expr_text(e.value)[0]})", 9
+        inner = _expr_text(e.value)[0]
+        if isinstance(e.value, FloatImm) and e.value.dtype == "float32":
+            inner = f"float32({inner})"  # a float32 literal widened, not a literal of e.dtype
+        return f"{e.dtype}({inner})", 9
     if isinstance(e, Load):
         return f"{e.buffer.name}[{_index_text(e.indices)}]", 9
     if isinstance(e, Call):
@@ -743,6 +767,14 @@ _ARITH = {
 }
 
 
+def _shift(op: str, dtype: str):
+    """numpy's shift on ``dtype`` (an amount outside ``[0, bits)`` gives 0, or -1 when a
+    negative value is shifted right)."""
+    ufunc = np.left_shift if op == "<<" else np.right_shift
+    kind = np.dtype(dtype).type
+    return lambda a, b: ufunc(kind(a), kind(b))
+
+
 class _Evaluator:
     """Runs loop IR one scalar at a time; ``arrays`` maps each Buffer to its numpy array."""
 
@@ -795,6 +827,8 @@ class _Evaluator:
         if e.op in ("//", "%") and b == 0:
             raise ExecutionError(f"kernel {self.func.name}: integer division by zero in "
                                  f"{to_text(e)}")
+        if e.op in SHIFT_OPS:
+            return _as_dtype(_shift(e.op, e.dtype)(a, b), e.dtype)
         result = _ARITH[e.op](a, b)
         if e.op in COMPARE_OPS:
             return bool(result)

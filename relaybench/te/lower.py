@@ -10,7 +10,10 @@ output loops that come after it, when a reorder put some inside). Stages marked
 computed inside its consumer's loop, over the region that one iteration of that loop reads: the
 reads' indices are taken as affine forms of the loop variables, the loops outside (and including)
 the attachment point fixed and the ones inside ranging over their extents; bounds that may fall
-outside the tensor are guarded.
+outside the tensor are guarded. Its buffer has the region's shape and is allocated at that
+loop; every read of it becomes ``index - start`` per axis, written over the inner loop variables
+only (``conv[0, 0, conv_ow, conv_oc_i]``), so that unrolled inner loops read constant offsets
+and a code generator can keep a small accumulator tile in registers.
 
 >>> from relaybench import te
 >>> A = te.placeholder((2, 3), name="A")
@@ -37,6 +40,7 @@ __all__ = ["lower"]
 
 _COMBINE = {
     "sum": lambda acc, x: acc + x,
+    "prod": lambda acc, x: acc * x,
     "max": loop_ir.max_expr,
     "min": loop_ir.min_expr,
 }
@@ -54,7 +58,7 @@ def lower(outputs, inputs, name: str = "main") -> PrimFunc:
         if not isinstance(tensor, Tensor) or not isinstance(tensor.op, PlaceholderOp):
             raise CompileError(f"lower {name}: input {tensor!r} is not a placeholder")
     input_ops = {t.op for t in inputs}
-    output_ops = {t.op for t in schedule.outputs}
+    output_ops = {schedule.op_of(t) for t in schedule.outputs}
     for op in schedule.ops:
         if isinstance(op, PlaceholderOp) and op not in input_ops:
             raise CompileError(f"lower {name}: the placeholder {op.name} is read but is not "
@@ -65,16 +69,20 @@ def lower(outputs, inputs, name: str = "main") -> PrimFunc:
         if attach is not None and (attach[0].inlined or attach[0].op not in schedule.stages):
             raise CompileError(f"lower {name}: {op.name} is computed at {attach[0].op.name}, "
                                "which is inlined or not part of these outputs")
+        if attach is not None and attach[0].attach is not None:
+            raise CompileError(f"lower {name}: compute_at of {op.name} in {attach[0].op.name}: "
+                               f"{attach[0].op.name} is itself attached elsewhere")
 
     buffers: dict = {}
     used_names: set = set()
     params = []
     for tensor in inputs + list(schedule.outputs):
-        if tensor.op in buffers:
+        op = schedule.op_of(tensor)
+        if op in buffers:
             raise CompileError(f"lower {name}: {tensor.name} is given twice")
-        buffers[tensor.op] = Buffer(tensor.name, tensor.shape, tensor.dtype)
+        buffers[op] = Buffer(tensor.name, tensor.shape, tensor.dtype)
         used_names.add(tensor.name)
-        params.append(buffers[tensor.op])
+        params.append(buffers[op])
     temporaries = []
     for op in schedule.ops:
         if op not in buffers and not schedule[op].inlined:
@@ -84,7 +92,8 @@ def lower(outputs, inputs, name: str = "main") -> PrimFunc:
                 unique = f"{op.name}_{n}"
             used_names.add(unique)
             buffers[op] = Buffer(unique, op.output.shape, op.output.dtype)
-            temporaries.append(buffers[op])
+            if schedule[op].attach is None:  # attached stages allocate their region locally
+                temporaries.append(buffers[op])
 
     lowering = _Lowering(schedule, buffers, name)
     lowering.output_ops = output_ops
@@ -95,6 +104,18 @@ def lower(outputs, inputs, name: str = "main") -> PrimFunc:
     for buffer in reversed(temporaries):
         body = Allocate(buffer, body)
     return PrimFunc(name, params, body)
+
+
+class _Region:
+    """Where an attached stage is computed: its local buffer and, per axis, the region's start
+    as ``({fixed loop variable: coefficient}, low)``."""
+
+    def __init__(self, op, position, fixed, local, starts):
+        self.op = op
+        self.position = position
+        self.fixed = fixed
+        self.local = local
+        self.starts = starts
 
 
 class _Lowering:
@@ -113,7 +134,7 @@ class _Lowering:
                 return memo[node]
             if isinstance(node, TensorLoad):
                 indices = tuple(visit(i) for i in node.indices)
-                op = node.tensor.op
+                op = self.schedule.op_of(node.tensor)
                 if self.schedule[op].inlined:
                     out = substitute(self.inlined_body(op), dict(zip(op.axis, indices)))
                 else:
@@ -152,23 +173,23 @@ class _Lowering:
                                values[relation.parent] < relation.parent.extent))
         op = stage.op
         roots = {axis: values[axis] for axis in tuple(op.axis) + tuple(op.reduce_axis)}
-        return self.emit(stage, leaves, roots, guards, stage.kinds)
-
-    def emit(self, stage: Stage, leaves, roots, guards, kinds):
-        """The loop nest of ``stage`` over ``leaves``; ``roots`` gives each original axis."""
-        op = stage.op
-        buffer = self.buffers[op]
+        value = self.stage_value(op, roots)
+        inserts, value = self.attached_nests(stage, leaves, value)
         index = tuple(roots[axis] for axis in op.axis)
+        return self.emit(op, leaves, value, self.buffers[op], index, guards, stage.kinds, inserts)
+
+    def stage_value(self, op: ComputeOp, roots: dict):
+        """The stage's body (its reduction's source) with loads and the loop values in place."""
+        body = op.body.source if isinstance(op.body, Reduce) else op.body
+        return substitute(self.materialize(body), roots)
+
+    def emit(self, op: ComputeOp, leaves, value, buffer, index, guards, kinds, inserts):
+        """The loop nest over ``leaves`` storing ``value`` (a reduction's source) at ``index``."""
         body = op.body
         if not isinstance(body, Reduce):
-            value = substitute(self.materialize(body), roots)
-            inserts = self.attached_nests(stage, leaves, value)
             return self.nest(kinds, leaves, self.guard(guards, Store(buffer, index, value)),
                              inserts)
-
-        source = substitute(self.materialize(body.source), roots)
-        inserts = self.attached_nests(stage, leaves, source)
-        update = Store(buffer, index, _COMBINE[body.combiner](Load(buffer, index), source))
+        update = Store(buffer, index, _COMBINE[body.combiner](Load(buffer, index), value))
         first_reduce = next(p for p, leaf in enumerate(leaves) if leaf.iter_kind == "reduce")
         outer, inner = leaves[:first_reduce], leaves[first_reduce:]
         init = Store(buffer, index, body.init)
@@ -179,52 +200,78 @@ class _Lowering:
         return self.nest(kinds, outer, seq(init_nest, update_nest), inserts)
 
     # ---- compute_at
-    def attached_nests(self, consumer: Stage, leaves, reads) -> dict:
-        """The nests of the stages attached to ``consumer``, keyed by the loop they go in."""
-        inserts: dict = {}
-        for op in self.schedule.ops:
+    def attached_nests(self, consumer: Stage, leaves, value):
+        """The nests of the stages attached to ``consumer``, keyed by the loop they go in, and
+        ``value`` with its reads of them made region-relative.
+
+        Regions are inferred readers first: the consumer's value, then each attached stage's
+        body in its region (so a stage may be read by another attached stage inside its loop).
+        """
+        attached = [op for op in self.schedule.ops
+                    if isinstance(op, ComputeOp) and self.schedule[op].attach is not None
+                    and self.schedule[op].attach[0] is consumer]
+        if not attached:
+            return {}, value
+        readers = {consumer.op: (len(leaves), value)}  # op -> (attach position, its values)
+        regions, nests = {}, {}
+        for op in reversed(attached):  # consumers before their producers
             stage = self.schedule[op]
-            if stage.attach is None or stage.attach[0] is not consumer:
-                continue
             where = f"lower {self.name}: compute_at of {op.name} in {consumer.op.name}"
             axis = stage.attach[1]
             position = next((p for p, leaf in enumerate(leaves) if leaf is axis), None)
             if position is None:
                 raise CompileError(f"{where}: {axis.name} is no longer one of its loops")
-            if consumer.attach is not None:
-                raise CompileError(f"{where}: {consumer.op.name} is itself attached elsewhere")
-            if list(stage.leaf_iter_vars) != list(op.axis) + list(op.reduce_axis):
-                raise CompileError(f"{where}: an attached stage cannot be split, fused or "
-                                   "reordered")
-            readers = [o.name for o in self.schedule.ops
-                       if isinstance(o, ComputeOp) and not self.schedule[o].inlined
-                       and op in self.reads_through_inlined(o)]
-            if readers != [consumer.op.name] or op in self.output_ops:
+            names = [o.name for o in self.schedule.ops
+                     if isinstance(o, ComputeOp) and not self.schedule[o].inlined
+                     and op in self.reads_through_inlined(o)]
+            buffer = self.buffers[op]
+            loads = []
+            for reader, (at, reads) in readers.items():
+                found = _loads_of(reads, buffer)
+                if found and at < position:
+                    raise CompileError(f"{where}: its reader {reader.name} is computed outside "
+                                       f"the {axis.name} loop")
+                loads.extend(found)
+            if (op in self.output_ops or not loads
+                    or any(n not in {r.name for r in readers} for n in names)):
                 raise CompileError(f"{where}: {op.name} must be read by {consumer.op.name} "
-                                   f"only and not be an output (read by {readers})")
+                                   "only (or by stages attached to it inside that loop) and "
+                                   f"not be an output (read by {names})")
             fixed = set(leaves[:position + 1])
-            inserts.setdefault(axis, []).append(self.region_nest(stage, reads, fixed, where))
-        return inserts
+            region, nest_of = self.region(stage, loads, fixed, position, where)
+            regions[buffer] = region
+            nests[op] = nest_of
+            readers[op] = (position, nest_of[1])
+        rewrite = _RegionRewriter(regions)
+        inserts: dict = {}
+        for op in attached:
+            stage = self.schedule[op]
+            region = regions[self.buffers[op]]
+            builder, reads = nests[op]
+            inserts.setdefault(stage.attach[1], []).append(
+                (region.local, builder(rewrite(reads))))
+        return inserts, rewrite(value)
 
     def reads_through_inlined(self, op) -> set:
         """The operations ``op`` reads, looking through the inlined ones."""
-        found, stack = set(), [t.op for t in op.inputs]
+        op_of = self.schedule.op_of
+        found, stack = set(), [op_of(t) for t in op.inputs]
         while stack:
             producer = stack.pop()
             if producer in found:
                 continue
             found.add(producer)
             if self.schedule[producer].inlined:
-                stack.extend(t.op for t in producer.inputs)
+                stack.extend(op_of(t) for t in producer.inputs)
         return found
 
-    def region_nest(self, stage: Stage, reads, fixed: set, where: str):
+    def region(self, stage: Stage, loads, fixed: set, position: int, where: str):
+        """The region of ``stage`` that ``loads`` read with the ``fixed`` loops fixed; gives the
+        :class:`_Region` and ``(build, values)``: its body's values in the region and the
+        function that makes its loop nest from them (once the values' reads are rewritten)."""
         op = stage.op
         buffer = self.buffers[op]
-        loads = _loads_of(reads, buffer)
-        if not loads:
-            raise CompileError(f"{where}: the consumer does not read {op.name} directly")
-        roots, guards, kinds, new_vars = {}, [], {}, []
+        extents, starts, global_guards = {}, [], []
         for d, axis in enumerate(op.axis):
             forms = []
             for load in loads:
@@ -242,25 +289,80 @@ class _Lowering:
             whole_spans = [_span(coefs, const) for coefs, const in forms]
             low = min(lo for lo, _ in inner_spans)
             high = max(hi for _, hi in inner_spans)
-            start = loop_ir.const(low)
-            for v, c in outer_forms[0].items():
-                start = v * c + start
-            if high == low:  # one element along this axis: no loop
-                roots[axis] = start
+            extents[axis] = high - low + 1
+            starts.append((outer_forms[0], low))
+            global_guards.append((min(lo for lo, _ in whole_spans) < 0,
+                                  max(hi for _, hi in whole_spans) >= axis.extent))
+        for axis in op.reduce_axis:
+            extents[axis] = axis.extent
+        # The stage's own loops, with the region's extents.
+        guards = []
+        for relation in stage.relations:
+            if isinstance(relation, Split):
+                whole = extents[relation.parent]
+                if whole <= relation.factor:
+                    extents[relation.outer], extents[relation.inner] = 1, whole
+                else:
+                    extents[relation.outer] = -(-whole // relation.factor)
+                    extents[relation.inner] = relation.factor
+            elif isinstance(relation, Fuse):
+                extents[relation.fused] = extents[relation.outer] * extents[relation.inner]
+        values, leaves, kinds = {}, [], {}
+        for leaf in stage.leaf_iter_vars:
+            kind = stage.kinds.get(leaf, "serial")
+            if leaf.iter_kind == "reduce":
+                loop = leaf if extents[leaf] == leaf.extent else IterVar(
+                    leaf.name, "int64", extents[leaf], "reduce")
+            elif extents[leaf] == 1:
+                values[leaf] = loop_ir.const(0)
+                continue
             else:
-                var = IterVar(f"{op.name}_{axis.name}", "int64", high - low + 1, "data")
-                new_vars.append(var)
-                roots[axis] = start + var
-                kinds[var] = stage.kinds.get(axis, "serial")
-            if min(lo for lo, _ in whole_spans) < 0:
+                loop = IterVar(f"{op.name}_{leaf.name}", "int64", extents[leaf], "data")
+            values[leaf] = loop
+            leaves.append(loop)
+            kinds[loop] = kind
+        for relation in reversed(stage.relations):
+            if isinstance(relation, Split):
+                if extents[relation.outer] == 1:
+                    values[relation.parent] = values[relation.inner]
+                else:
+                    values[relation.parent] = (values[relation.outer] * relation.factor
+                                               + values[relation.inner])
+            elif isinstance(relation, Fuse):
+                fused, inner = values[relation.fused], extents[relation.inner]
+                values[relation.outer] = fused // inner
+                values[relation.inner] = fused % inner
+        for relation in stage.relations:
+            if isinstance(relation, Split) and (extents[relation.outer] * extents[relation.inner]
+                                                != extents[relation.parent]):
+                guards.append((relation.parent.iter_kind,
+                               values[relation.parent] < extents[relation.parent]))
+        roots, local_index = {}, []
+        for d, axis in enumerate(op.axis):
+            coefs, low = starts[d]
+            start = loop_ir.const(low)
+            for v, c in coefs.items():
+                start = v * c + start
+            roots[axis] = start + values[axis]
+            local_index.append(values[axis])
+            below, above = global_guards[d]
+            if below:
                 guards.append(("data", roots[axis] >= 0))
-            if max(hi for _, hi in whole_spans) >= axis.extent:
+            if above:
                 guards.append(("data", roots[axis] < axis.extent))
         for axis in op.reduce_axis:
-            roots[axis] = axis
-            kinds[axis] = stage.kinds.get(axis, "serial")
-        leaves = new_vars + list(op.reduce_axis)
-        return self.emit(stage, leaves, roots, guards, kinds)
+            roots[axis] = values[axis]
+        if not any(leaf.iter_kind == "reduce" for leaf in leaves) and op.reduce_axis:
+            raise CompileError(f"{where}: the reduction has no reduce loop left")
+        local = Buffer(buffer.name, tuple(extents[a] for a in op.axis), buffer.dtype)
+        region = _Region(op, position, fixed, local, starts)
+        reads = self.stage_value(op, roots)
+        index = tuple(local_index)
+
+        def build(rewritten):
+            return self.emit(op, leaves, rewritten, local, index, guards, kinds, {})
+
+        return region, (build, reads)
 
     @staticmethod
     def guard(guards, stmt):
@@ -273,11 +375,47 @@ class _Lowering:
 
     @staticmethod
     def nest(kinds, loops, body, inserts):
+        """Loops around ``body``; ``inserts[loop]`` lists ``(buffer, nest)`` pairs computed at
+        the top of that loop's body, each in its own buffer allocated there."""
         for leaf in reversed(loops):
-            if leaf in inserts:
-                body = seq(*inserts[leaf], body)
+            for buffer, stmt in reversed(inserts.get(leaf, ())):
+                body = Allocate(buffer, seq(stmt, body))
             body = For(leaf, 0, leaf.extent, kinds.get(leaf, "serial"), body)
         return body
+
+
+class _RegionRewriter:
+    """Replaces loads of attached stages' whole-tensor buffers by loads of their local buffers,
+    at ``index - start`` per axis, written over the loop variables inside the attachment."""
+
+    def __init__(self, regions: dict):
+        self.regions = regions
+
+    def __call__(self, expr):
+        memo: dict = {}
+
+        def visit(node):
+            if node in memo:
+                return memo[node]
+            out = map_children(node, visit)
+            if isinstance(out, Load) and out.buffer in self.regions:
+                region = self.regions[out.buffer]
+                indices = []
+                for index, (_, low) in zip(out.indices, region.starts):
+                    coefs, const = _linear(index)
+                    local = None
+                    for v, c in coefs.items():
+                        if v not in region.fixed:
+                            term = v if c == 1 else v * c
+                            local = term if local is None else local + term
+                    offset = loop_ir.const(const - low)
+                    local = offset if local is None else local + offset
+                    indices.append(local)
+                out = Load(region.local, tuple(indices))
+            memo[node] = out
+            return out
+
+        return visit(expr)
 
 
 def _loads_of(expr, buffer) -> list:

@@ -6,7 +6,9 @@ axes by new ones and record the relation, so lowering can recover every original
 loop variables (``i = i_outer * 4 + i_inner`` after a split, ``i = f // 8``, ``j = f % 8`` after a
 fuse). A split whose factor does not divide the extent adds a guard around the loop body.
 ``compute_inline`` substitutes a stage into its readers; ``compute_at`` computes a producer inside
-one loop of its consumer, over the region that loop's iteration reads.
+one loop of its consumer, over the region that loop's iteration reads, into a buffer of that
+region's size; ``Schedule.cache_write`` moves a stage's computation into a new stage whose
+result the original one copies.
 
 >>> from relaybench import te
 >>> A = te.placeholder((8,), name="A")
@@ -151,9 +153,14 @@ class Stage:
     def compute_at(self, consumer: "Stage", axis: IterVar):
         """Compute, inside the ``axis`` loop of ``consumer``, the part of this stage it reads there.
 
-        The region is inferred from the consumer's reads, which must be affine in its loop
-        variables (``y + ry``, ``2 * i + 1``); the buffer keeps its full size. This stage's own
-        loops may be annotated (vectorize, unroll, ...) but not split, fused or reordered.
+        The region is inferred from the reads, which must be affine in the loop variables
+        (``y + ry``, ``2 * i + 1``). The stage then writes a buffer of the region's shape,
+        allocated at that loop (one per iteration, and so one per thread of a parallel loop), and
+        its readers index it relative to the region's start. Its own loops follow its leaf order
+        and kinds (split, reorder, vectorize, unroll on its data and reduce axes); a data axis
+        whose region is one element wide gives no loop. The readers may be ``consumer`` or
+        stages attached to ``consumer`` at the same loop or one inside it (padding attached at
+        a row loop, read by a convolution attached further in).
         """
         self._check_compute("compute_at")
         if self.inlined:
@@ -165,7 +172,11 @@ class Stage:
 
 
 class Schedule:
-    """One :class:`Stage` per operation that ``outputs`` depend on; ``s[tensor]`` is its stage."""
+    """One :class:`Stage` per operation that ``outputs`` depend on; ``s[tensor]`` is its stage.
+
+    :meth:`cache_write` replaces a tensor's operation inside this schedule only; :meth:`op_of`
+    gives the operation that computes a tensor here.
+    """
 
     def __init__(self, outputs):
         if isinstance(outputs, Tensor):
@@ -174,22 +185,78 @@ class Schedule:
         for out in self.outputs:
             if not isinstance(out, Tensor) or not isinstance(out.op, ComputeOp):
                 raise CompileError(f"create_schedule: output {out!r} is not a computed tensor")
-        self.ops = _post_order(self.outputs)
+        self.replaced: dict = {}  # original op -> the op that computes its tensor here
+        self.ops = _post_order(self.outputs, self.op_of)
         self.stages = {op: Stage(op) for op in self.ops}
 
-    def __getitem__(self, tensor) -> Stage:
+    def op_of(self, tensor):
+        """The operation that computes ``tensor`` (or stands for ``op``) in this schedule."""
         op = tensor.op if isinstance(tensor, Tensor) else tensor
+        return self.replaced.get(op, op)
+
+    def __getitem__(self, tensor) -> Stage:
+        op = self.op_of(tensor)
         try:
             return self.stages[op]
         except KeyError:
             raise CompileError(f"schedule: {getattr(op, 'name', op)!r} is not computed for these "
                                "outputs") from None
 
+    def cache_write(self, tensor: Tensor) -> Tensor:
+        """Compute ``tensor`` into a new stage ``<name>_local`` and make ``tensor`` a copy of it.
 
-def _post_order(outputs) -> list:
+        As in TVM: the new tensor has the body of ``tensor`` over fresh data axes (the same
+        reduce axes), and ``tensor``'s stage becomes an elementwise copy over its original data
+        axes, so ``tensor`` keeps its buffer (and stays the output). Typical use: tile the
+        copy, ``compute_at`` the cache inside a tile and reorder its reduction there, so that
+        the accumulators live in a small local buffer.
+
+        >>> from relaybench import te
+        >>> A = te.placeholder((4, 8), name="A")
+        >>> k = te.reduce_axis(8, name="k")
+        >>> S = te.compute((4,), lambda i: te.sum(A[i, k], axis=[k]), name="S")
+        >>> s = te.create_schedule(S)
+        >>> SL = s.cache_write(S)
+        >>> print(te.lower(s, [A], name="row_sum"))
+        def row_sum(A: Buffer((4, 8), "float32"), S: Buffer((4,), "float32")):
+            S_local = allocate((4,), "float32")
+            for i_c in serial(4):
+                S_local[i_c] = 0.0
+                for k in serial(8):
+                    S_local[i_c] = S_local[i_c] + A[i_c, k]
+            for i in serial(4):
+                S[i] = S_local[i]
+        """
+        from relaybench.te.loop_ir import substitute
+
+        op = self.op_of(tensor)
+        stage = self[tensor]
+        if not isinstance(op, ComputeOp):
+            raise CompileError(f"schedule: cache_write of {op.name}: only a compute stage can be "
+                               "cached")
+        if stage.relations or stage.kinds or stage.attach or stage.inlined:
+            raise CompileError(f"schedule: cache_write of {op.name}: call it before scheduling "
+                               "the stage")
+        fresh = tuple(IterVar(f"{a.name}_c", "int64", a.extent, "data") for a in op.axis)
+        body = substitute(op.body, dict(zip(op.axis, fresh)))
+        cache = ComputeOp(f"{op.name}_local", fresh, body, op.output.shape)
+        copy = ComputeOp(op.name, op.axis, cache.output[tuple(op.axis)], op.output.shape)
+        for original, now in list(self.replaced.items()):
+            if now is op:
+                self.replaced[original] = copy
+        self.replaced[op] = copy
+        self.ops = _post_order(self.outputs, self.op_of)
+        stages = {}
+        for each in self.ops:
+            stages[each] = self.stages.get(each) or Stage(each)
+        self.stages = stages
+        return cache.output
+
+
+def _post_order(outputs, op_of) -> list:
     """Operations reachable from ``outputs``, producers before consumers (iteratively)."""
     order, done = [], set()
-    stack = [(t.op, False) for t in reversed(outputs)]
+    stack = [(op_of(t), False) for t in reversed(outputs)]
     while stack:
         op, expanded = stack.pop()
         if op in done:
@@ -200,8 +267,8 @@ def _post_order(outputs) -> list:
             continue
         stack.append((op, True))
         for tensor in reversed(op.inputs):
-            if tensor.op not in done:
-                stack.append((tensor.op, False))
+            if op_of(tensor) not in done:
+                stack.append((op_of(tensor), False))
     return order
 
 

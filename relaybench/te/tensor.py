@@ -4,7 +4,7 @@ A :class:`Tensor` is the output of an operation: a :class:`PlaceholderOp` (a ker
 :class:`ComputeOp` (a value defined by an index function). Indexing a tensor, ``A[i, j]``, gives a
 :class:`TensorLoad` expression; lowering turns it into a loop-IR ``Load`` of the tensor's buffer,
 or substitutes the producer's body when the producer is inlined. A :class:`Reduce` is a
-commutative reduction (sum, max, min) over reduce axes; it may only be the whole body of a
+commutative reduction (sum, prod, max, min) over reduce axes; it may only be the whole body of a
 compute. Axes are :class:`IterVar` s: loop-IR variables that carry their extent.
 
 >>> from relaybench import te
@@ -83,12 +83,12 @@ class TensorLoad(Expr):
         return f"{self.tensor.name}[{', '.join(show(i) for i in self.indices)}]"
 
 
-REDUCERS = ("sum", "max", "min")
+REDUCERS = ("sum", "prod", "max", "min")
 
 
 @dataclass(frozen=True, eq=False, repr=False)
 class Reduce(Expr):
-    """``combiner`` (sum, max or min) of ``source`` over ``axes``, starting from ``init``."""
+    """``combiner`` (sum, prod, max or min) of ``source`` over ``axes``, starting from ``init``."""
 
     combiner: str
     source: Expr

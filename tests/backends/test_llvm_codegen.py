@@ -360,3 +360,16 @@ def test_sources_and_cache_key_follow_the_loop_ir():
     assert first.source("loops") == str(te.lower([Y], [X], name="plus"))
     assert "define" in first.source("llvm")
     assert "ret" in first.source("asm")
+
+
+def test_a_widened_float32_literal_and_a_float64_literal_are_different_kernels():
+    """The cache key is the printed loop IR: the two must print differently."""
+    from relaybench.te import loop_ir as L
+    out = L.Buffer("out", (1,), "float64")
+    widened = L.PrimFunc("lit", [out], L.Store(out, (0,), L.Cast("float64", L.FloatImm(0.1))))
+    exact = L.PrimFunc("lit", [out], L.Store(out, (0,), L.FloatImm(0.1, "float64")))
+    assert str(widened) != str(exact)
+    a, b = np.empty(1), np.empty(1)
+    build_kernel(widened)(a)
+    build_kernel(exact)(b)
+    assert a[0] == np.float64(np.float32(0.1)) and b[0] == 0.1

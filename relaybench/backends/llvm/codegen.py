@@ -15,11 +15,27 @@ How each construct is lowered:
   phi, so that only the chosen side reads (padding reads out of bounds on the other side). ``and``
   and ``or`` short-circuit the same way when their right side loads.
 * Loops: ``serial`` is a plain loop; ``unrolled`` is emitted ``extent`` times when the extent is a
-  constant of at most 16, else marked with ``llvm.loop.unroll.enable``; ``vectorized`` is marked
-  with ``llvm.loop.vectorize.enable`` and the function asks for 512-bit vectors on AVX-512 hosts;
-  ``parallel`` as the outermost statement makes the function take ``int64 begin, int64 end`` and
-  run only that range (the runtime's convention), and the kernel is called on every core through
-  the runtime's thread pool (``RB_NUM_THREADS``). Parallel loops further in run serially.
+  constant of at most 16, else marked with ``llvm.loop.unroll.enable``; ``parallel`` as the
+  outermost statement makes the function take ``int64 begin, int64 end`` and run only that range
+  (the runtime's convention), and the kernel is called on every core through the runtime's
+  thread pool (``RB_NUM_THREADS``). Parallel loops further in run serially.
+* ``vectorized`` loops with a constant begin and a constant extent from 2 to 64 become vector
+  code, one lane per iteration, with no loop left: an expression that depends on the loop
+  variable is an LLVM ``<extent x T>`` value, any other a scalar computed once and broadcast
+  where it meets a vector. A load or store whose element offset is ``base + var`` is one
+  contiguous vector access, ``base`` alone a scalar load (broadcast), anything else one element
+  per lane (gather, scatter in lane order). Math intrinsics use their vector forms, the C
+  library's ``tanhf``/``erff`` are called per lane, and ``a * b + c`` (or ``- c``, ``c - a * b``)
+  becomes ``llvm.fmuladd``, a fused multiply-add on x86. The iterations are taken to be
+  independent, which the loop must stay true to; the loop stays a scalar loop marked with
+  ``llvm.loop.vectorize.enable`` (512-bit vectors preferred on AVX-512 hosts) when its body has
+  anything but stores, lets, sequences and ``if`` statements whose condition is the same in
+  every lane, when lanes could write one element or read another lane's (a buffer stored at
+  two places, read at another than stored, or stored at an offset that does not move with the
+  loop variable), or when a lane-dependent ``select``, ``and`` or ``or`` guards a load
+  (reading it in every lane could go out of bounds).
+* Shifts follow numpy: ``>>`` is arithmetic on signed and logical on unsigned integers, and an
+  amount outside ``[0, bits)`` gives 0 (or -1 for a negative value shifted right).
 * ``allocate``: temporaries of at most 64 KiB live on the stack (one ``alloca`` in the entry
   block, so also per thread); larger ones are taken with ``malloc`` and given back with ``free``
   when their statement ends. Both are resolved by the JIT from the running process.
@@ -31,6 +47,13 @@ How each construct is lowered:
 
 Buffers are assumed not to overlap (``noalias``): passing one array as two arguments is not
 supported.
+
+A body made of top-level ``allocate`` statements around a sequence of statements, one of them
+a ``parallel`` loop, is compiled in phases: each parallel loop, and each run of statements
+between them, becomes its own function (``kernel_0``, ``kernel_1``, ...) taking the parameters
+then the top-level temporaries, which the runtime allocates once per kernel (64-byte aligned)
+and passes in; a :class:`.runtime.PhasedKernel` runs the phases in order, every parallel one on
+every core. Temporaries allocated further in are per call (and per thread) as above.
 
 Example (needs llvmlite)::
 
@@ -54,9 +77,10 @@ import numpy as np
 from ...errors import CompileError
 from ...te import loop_ir as L
 from .jit import compile_module, host_target, prefer_vector_width
-from .runtime import Kernel, TensorSpec
+from .runtime import Kernel, PhasedKernel, Phase, TensorSpec
 
-__all__ = ["build_kernel", "CompiledKernel", "STACK_LIMIT_BYTES", "UNROLL_LIMIT"]
+__all__ = ["build_kernel", "CompiledKernel", "STACK_LIMIT_BYTES", "UNROLL_LIMIT",
+           "VECTOR_LANES_LIMIT"]
 
 STACK_LIMIT_BYTES = 64 * 1024
 """Temporaries up to this size live on the stack; larger ones are malloc'd."""
@@ -64,7 +88,25 @@ STACK_LIMIT_BYTES = 64 * 1024
 UNROLL_LIMIT = 16
 """An ``unrolled`` loop with a constant extent up to this is emitted body by body."""
 
-_CODEGEN_VERSION = "codegen-1"
+VECTOR_LANES_LIMIT = 64
+"""A ``vectorized`` loop with a constant extent from 2 up to this becomes vector code."""
+
+def _source_digest() -> str:
+    """A digest of the code generator's own source, part of every cache key, so that a changed
+    code generator never reads kernels that an earlier one compiled."""
+    import hashlib
+    from pathlib import Path
+    here = Path(__file__).parent
+    digest = hashlib.sha256()
+    for name in ("codegen.py", "jit.py", "runtime.py"):
+        try:
+            digest.update((here / name).read_bytes())
+        except OSError:
+            digest.update(name.encode())
+    return digest.hexdigest()[:16]
+
+
+_CODEGEN_VERSION = f"codegen-3-{_source_digest()}"
 
 
 def _ir():
@@ -125,6 +167,176 @@ def _stored_buffers(stmt) -> set:
     return found
 
 
+def _element_type(ty):
+    """The element type of a vector type, or the type itself."""
+    return ty.element if isinstance(ty, _ir().VectorType) else ty
+
+
+def _lanes(value) -> int | None:
+    """The number of lanes of a vector value, None for a scalar."""
+    ty = value.type
+    return ty.count if isinstance(ty, _ir().VectorType) else None
+
+
+def _strides(buffer) -> list[int]:
+    strides, step = [], 1
+    for extent in reversed(buffer.shape):
+        strides.append(step)
+        step *= extent
+    return strides[::-1]
+
+
+def _is_mul(e) -> bool:
+    return isinstance(e, L.Binary) and e.op == "*" and _is_float(e.dtype)
+
+
+class _VectorLoop:
+    """What the code generator knows about one ``vectorized`` loop emitted as vector code.
+
+    ``lanes`` iterations of ``var`` run as one: an expression that depends on ``var`` (or on a
+    let variable bound to such an expression) is a ``<lanes x T>`` value, any other is a scalar
+    computed once. ``plan(loop)`` returns None when the loop must stay a scalar loop.
+    """
+
+    def __init__(self, loop):
+        self.loop = loop
+        self.var = loop.var
+        self.begin = int(loop.begin.value)
+        self.lanes = int(loop.extent.value)
+        self.varying = {loop.var}
+        self._memo: dict = {}
+
+    def depends(self, expr) -> bool:
+        """Whether ``expr`` differs from lane to lane."""
+        memo = self._memo
+        if expr in memo:
+            return memo[expr]
+        stack = [(expr, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if node in memo:
+                continue
+            children = []
+            L.map_children(node, lambda child: children.append(child) or child)
+            if not expanded and any(c not in memo for c in children):
+                stack.append((node, True))
+                stack.extend((c, False) for c in children if c not in memo)
+                continue
+            if isinstance(node, L.Var):
+                memo[node] = node in self.varying
+            else:
+                memo[node] = any(memo[c] for c in children)
+        return memo[expr]
+
+    def coefficient(self, index) -> int | None:
+        """``c`` when ``index`` is ``base + c * var`` with ``base`` the same in every lane, else
+        None (the lanes' offsets then come from evaluating ``index`` as a vector)."""
+        found: dict = {}
+        stack = [(index, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if node in found:
+                continue
+            if not self.depends(node):
+                found[node] = 0
+                continue
+            if node is self.var:
+                found[node] = 1
+                continue
+            parts = ()
+            if isinstance(node, L.Binary) and node.op in ("+", "-", "*"):
+                parts = (node.a, node.b)
+            elif (isinstance(node, L.Cast) and not _is_float(node.value.dtype)
+                    and not _is_float(node.dtype) and node.dtype != "bool"
+                    and np.dtype(node.dtype).itemsize >= np.dtype(node.value.dtype).itemsize):
+                parts = (node.value,)
+            if not parts:
+                found[node] = None
+                continue
+            if not expanded:
+                stack.append((node, True))
+                stack.extend((p, False) for p in parts)
+                continue
+            coefs = [found[p] for p in parts]
+            if any(c is None for c in coefs):
+                found[node] = None
+            elif isinstance(node, L.Cast):
+                found[node] = coefs[0]
+            elif node.op == "+":
+                found[node] = coefs[0] + coefs[1]
+            elif node.op == "-":
+                found[node] = coefs[0] - coefs[1]
+            elif coefs[0] == 0 and isinstance(node.a, L.IntImm):
+                found[node] = int(node.a.value) * coefs[1]
+            elif coefs[1] == 0 and isinstance(node.b, L.IntImm):
+                found[node] = int(node.b.value) * coefs[0]
+            else:
+                found[node] = None
+        return found[index]
+
+    def flat_coefficient(self, buffer, indices) -> int | None:
+        """The coefficient of ``var`` in the row-major element offset of ``buffer[indices]``."""
+        coefs = [self.coefficient(i) for i in indices]
+        if any(c is None for c in coefs):
+            return None
+        if len(indices) == 1 and len(buffer.shape) != 1:  # a flat index
+            return coefs[0]
+        return sum(c * stride for c, stride in zip(coefs, _strides(buffer)))
+
+    @classmethod
+    def plan(cls, loop) -> "_VectorLoop | None":
+        if not (isinstance(loop.begin, L.IntImm) and isinstance(loop.extent, L.IntImm)
+                and 2 <= loop.extent.value <= VECTOR_LANES_LIMIT):
+            return None
+        self = cls(loop)
+        stores, exprs = [], []
+        stack = [loop.body]
+        while stack:  # statements in program order, so let variables are known before use
+            node = stack.pop()
+            if isinstance(node, L.SeqStmt):
+                stack.extend(reversed(node.stmts))
+            elif isinstance(node, L.Store):
+                stores.append(node)
+                exprs.extend(node.indices)
+                exprs.append(node.value)
+            elif isinstance(node, L.LetStmt):
+                exprs.append(node.value)
+                if self.depends(node.value):
+                    self.varying.add(node.var)
+                stack.append(node.body)
+            elif isinstance(node, L.IfThenElse):
+                if self.depends(node.cond):
+                    return None
+                exprs.append(node.cond)
+                stack.extend(s for s in (node.else_case, node.then_case) if s is not None)
+            else:  # nested loops, allocations
+                return None
+        written: dict = {}
+        for store in stores:
+            coef = self.flat_coefficient(store.buffer, store.indices)
+            if not coef:  # lanes might write one place; keep the scalar order
+                return None
+            written.setdefault(store.buffer, set()).add(L.to_text(L.Load(store.buffer,
+                                                                         store.indices)))
+        if any(len(places) > 1 for places in written.values()):
+            return None  # two stores to one buffer could overlap across lanes
+        stack = list(exprs)
+        while stack:
+            node = stack.pop()
+            if isinstance(node, L.Load) and node.buffer in written:
+                if L.to_text(node) not in written[node.buffer]:  # another lane's element
+                    return None
+            guarded = ()
+            if isinstance(node, L.Select):
+                guarded = (node.true_value, node.false_value)
+            elif isinstance(node, L.Binary) and node.op in ("and", "or"):
+                guarded = (node.b,)
+            if guarded and self.depends(node) and any(_has_load(g) for g in guarded):
+                return None  # a lane must not read what its condition guards against
+            L.map_children(node, lambda child: stack.append(child) or child)
+        return self
+
+
 _LLVM_INTRINSICS = {
     "exp": "llvm.exp", "log": "llvm.log", "sqrt": "llvm.sqrt", "abs": "llvm.fabs",
     "floor": "llvm.floor", "ceil": "llvm.ceil", "round": "llvm.roundeven", "pow": "llvm.pow",
@@ -136,7 +348,8 @@ _LIBM = {"tanh": ("tanhf", "tanh"), "erf": ("erff", "erf")}
 class _FunctionBuilder:
     """Emits one PrimFunc as one LLVM function; handlers are looked up by node class."""
 
-    def __init__(self, func: L.PrimFunc, module, parallel: bool):
+    def __init__(self, func: L.PrimFunc, module, parallel: bool, *, name: str = "kernel",
+                 body=None, params=None, aligned: int | None = None):
         ir = _ir()
         self.ir = ir
         self.func = func
@@ -144,22 +357,26 @@ class _FunctionBuilder:
         self.i64 = ir.IntType(64)
         self.vectorize_wide = host_target().has_avx512
         self.parallel_loop = None
-        body = func.body
-        if parallel and isinstance(body, L.For) and body.kind == "parallel":
-            self.parallel_loop = body
-        arg_types = [ir.PointerType(_memory_type(b.dtype)) for b in func.params]
+        self.body = func.body if body is None else body
+        params = tuple(func.params if params is None else params)
+        if parallel and isinstance(self.body, L.For) and self.body.kind == "parallel":
+            self.parallel_loop = self.body
+        arg_types = [ir.PointerType(_memory_type(b.dtype)) for b in params]
         if self.parallel_loop is not None:
             arg_types += [self.i64, self.i64]
-        self.fn = ir.Function(module, ir.FunctionType(ir.VoidType(), arg_types), "kernel")
-        for arg, buf in zip(self.fn.args, func.params):
+        self.fn = ir.Function(module, ir.FunctionType(ir.VoidType(), arg_types), name)
+        self.vector: _VectorLoop | None = None
+        for k, (arg, buf) in enumerate(zip(self.fn.args, params)):
             arg.name = buf.name
             arg.add_attribute("noalias")
             arg.attributes.align = max(1, np.dtype(buf.dtype).itemsize)
+            if aligned is not None and k >= aligned:  # the runtime's temporaries
+                arg.attributes.align = 64
         self.entry = self.fn.append_basic_block("entry")
         start = self.fn.append_basic_block("start")
         self.entry_builder = ir.IRBuilder(self.entry)
         self.b = ir.IRBuilder(start)
-        self.pointers = dict(zip(func.params, self.fn.args))
+        self.pointers = dict(zip(params, self.fn.args))
         self.env: dict = {}
         self.loop_count = 0
         self.expr_table = {
@@ -183,7 +400,7 @@ class _FunctionBuilder:
             base = self.expr(loop.begin)
             self._loop(loop, self.b.add(base, begin_arg), self.b.add(base, end_arg), None)
         else:
-            self.stmt(self.func.body)
+            self.stmt(self.body)
         self.b.ret_void()
         self.entry_builder.branch(self.b.function.blocks[1])
         if self.vectorize_wide:
@@ -222,8 +439,13 @@ class _FunctionBuilder:
         op = e.op
         if op in ("and", "or") and _has_load(e.b):
             return self._short_circuit(e)
-        x, y = self.expr(e.a), self.expr(e.b)
         dtype = e.a.dtype
+        if (op in ("+", "-") and _is_float(dtype) and (_is_mul(e.a) or _is_mul(e.b))
+                and self.vector is not None and self.vector.depends(e)):
+            return self._multiply_add(e)
+        x, y = self.match(self.expr(e.a), self.expr(e.b))
+        if op in ("<<", ">>"):
+            return self._shift(op, x, y, _is_unsigned(dtype))
         if op == "and":
             return b.and_(x, y)
         if op == "or":
@@ -254,6 +476,67 @@ class _FunctionBuilder:
                 return self._floor_div_mod(op, x, y, unsigned)
         raise CompileError(f"{self.where()}: operator {op!r} on {dtype} in {L.to_text(e)}")
 
+    def _multiply_add(self, e):
+        """``a * b + c`` (and the ``-`` forms) as one ``llvm.fmuladd``, which x86 with FMA
+        emits as a fused multiply-add."""
+        if e.op == "+":
+            product, addend = (e.a, e.b) if _is_mul(e.a) else (e.b, e.a)
+            a, b = self.expr(product.a), self.expr(product.b)
+            c = self.expr(addend)
+        elif _is_mul(e.a):  # a * b - c
+            a, b = self.expr(e.a.a), self.expr(e.a.b)
+            c = self.b.fneg(self.expr(e.b))
+        else:  # c - a * b
+            a, b = self.b.fneg(self.expr(e.b.a)), self.expr(e.b.b)
+            c = self.expr(e.a)
+        a, b, c = self.match(a, b, c)
+        return self.b.call(self.intrinsic("llvm.fmuladd", a.type, 3), [a, b, c])
+
+    def _shift(self, op, x, y, unsigned):
+        """numpy's shifts: an amount outside ``[0, bits)`` gives 0, or -1 for a negative value
+        shifted right (LLVM leaves those undefined)."""
+        b = self.b
+        bits = _element_type(x.type).width
+        too_far = b.icmp_unsigned(">=", y, self.ir.Constant(y.type, bits))
+        zero = self.ir.Constant(x.type, 0)
+        if op == "<<":
+            return b.select(too_far, zero, b.shl(x, y))
+        if unsigned:
+            return b.select(too_far, zero, b.lshr(x, y))
+        amount = b.select(too_far, self.ir.Constant(y.type, bits - 1), y)
+        return b.ashr(x, amount)
+
+    def intrinsic(self, name: str, ty, arity: int):
+        """The LLVM intrinsic ``name`` overloaded on ``ty`` (a scalar or vector type)."""
+        ir = self.ir
+        element = _element_type(ty)
+        suffix = element.intrinsic_name
+        if isinstance(ty, ir.VectorType):
+            suffix = f"v{ty.count}{suffix}"
+        full = f"{name}.{suffix}"
+        fn = self.module.globals.get(full)
+        if fn is None:
+            fn = ir.Function(self.module, ir.FunctionType(ty, [ty] * arity), full)
+        return fn
+
+    def splat(self, x, lanes: int):
+        """``x`` in every one of ``lanes`` lanes."""
+        ir, b = self.ir, self.b
+        vector_type = ir.VectorType(x.type, lanes)
+        if isinstance(x, ir.Constant):
+            return ir.Constant(vector_type, [x] * lanes)
+        single = b.insert_element(ir.Constant(vector_type, ir.Undefined), x,
+                                  ir.Constant(ir.IntType(32), 0))
+        return b.shuffle_vector(single, ir.Constant(vector_type, ir.Undefined),
+                                ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes))
+
+    def match(self, *values):
+        """The values with scalars broadcast when any of them is a vector."""
+        lanes = next((_lanes(v) for v in values if _lanes(v) is not None), None)
+        if lanes is None:
+            return values
+        return tuple(v if _lanes(v) is not None else self.splat(v, lanes) for v in values)
+
     def _floor_div_mod(self, op, x, y, unsigned):
         b = self.b
         if unsigned:
@@ -269,7 +552,7 @@ class _FunctionBuilder:
         return b.select(adjust, b.add(remainder, y), remainder)
 
     def _short_circuit(self, e):
-        b = self.b
+        b = self.b  # never reached by a vector condition (see _VectorLoop.plan)
         first = self.expr(e.a)
         start = b.block
         rhs_block = b.append_basic_block("rhs")
@@ -300,21 +583,29 @@ class _FunctionBuilder:
         b = self.b
         cond = self.expr(e.cond)
         if not (_has_load(e.true_value) or _has_load(e.false_value)):
-            return b.select(cond, self.expr(e.true_value), self.expr(e.false_value))
+            cond, true_value, false_value = self.match(cond, self.expr(e.true_value),
+                                                       self.expr(e.false_value))
+            return b.select(cond, true_value, false_value)
+        # The condition is the same in every lane here (see _VectorLoop.plan).
+        lanes = self.vector.lanes if self.vector is not None and self.vector.depends(e) else None
         then_block = b.append_basic_block("select_true")
         else_block = b.append_basic_block("select_false")
         done = b.append_basic_block("select_end")
         b.cbranch(cond, then_block, else_block)
         b.position_at_end(then_block)
         true_value = self.expr(e.true_value)
+        if lanes is not None and _lanes(true_value) is None:
+            true_value = self.splat(true_value, lanes)
         then_end = b.block
         b.branch(done)
         b.position_at_end(else_block)
         false_value = self.expr(e.false_value)
+        if lanes is not None and _lanes(false_value) is None:
+            false_value = self.splat(false_value, lanes)
         else_end = b.block
         b.branch(done)
         b.position_at_end(done)
-        phi = b.phi(_value_type(e.dtype))
+        phi = b.phi(true_value.type)
         phi.add_incoming(true_value, then_end)
         phi.add_incoming(false_value, else_end)
         return phi
@@ -327,6 +618,9 @@ class _FunctionBuilder:
         if source == target:
             return x
         to = _value_type(target)
+        lanes = _lanes(x)
+        if lanes is not None:
+            to = self.ir.VectorType(to, lanes)
         if target == "bool":
             if _is_float(source):
                 return b.fcmp_unordered("!=", x, self.ir.Constant(x.type, 0.0))
@@ -338,43 +632,111 @@ class _FunctionBuilder:
             return b.fptoui(x, to) if _is_unsigned(target) else b.fptosi(x, to)
         if _is_float(target):
             return b.uitofp(x, to) if _is_unsigned(source) else b.sitofp(x, to)
-        if to.width == x.type.width:
+        width, source_width = _element_type(to).width, _element_type(x.type).width
+        if width == source_width:
             return x
-        if to.width < x.type.width:
+        if width < source_width:
             return b.trunc(x, to)
         return b.zext(x, to) if _is_unsigned(source) else b.sext(x, to)
 
-    def _address(self, buffer, indices):
+    def _pointer(self, buffer):
         pointer = self.pointers.get(buffer)
         if pointer is None:
             raise CompileError(f"{self.where()}: {buffer.name} is neither a parameter nor "
                                "allocated here")
+        return pointer
+
+    def _offset(self, buffer, indices):
+        """The row-major element offset of ``buffer[indices]`` (a vector in vector code when
+        the indices differ from lane to lane)."""
+        if not indices:  # a 0-d buffer
+            return self.ir.Constant(self.i64, 0)
         values = [self.convert(self.expr(i), i.dtype, "int64") for i in indices]
         flat = values[0]
         if len(values) > 1:
             for value, extent in zip(values[1:], buffer.shape[1:]):
-                flat = self.b.add(self.b.mul(flat, self.ir.Constant(self.i64, extent)), value)
-        return self.b.gep(pointer, [flat], inbounds=True)
+                flat, value = self.match(flat, value)
+                flat = self.b.add(self.b.mul(flat, self.ir.Constant(flat.type, extent)), value)
+        return flat
+
+    def _address(self, buffer, indices):
+        pointer = self._pointer(buffer)
+        return self.b.gep(pointer, [self._offset(buffer, indices)], inbounds=True)
+
+    def _lane_access(self, buffer, indices):
+        """How the lanes of the current vector loop reach ``buffer[indices]``: ``(True,
+        address)`` when they touch consecutive elements from ``address`` (the first lane's),
+        else ``(False, offsets)`` with one element offset per lane."""
+        vector = self.vector
+        if vector.flat_coefficient(buffer, indices) == 1:
+            lane_values = self.env[vector.var]
+            self.env[vector.var] = self.convert(self.ir.Constant(self.i64, vector.begin),
+                                                "int64", vector.var.dtype)
+            try:
+                return True, self._address(buffer, indices)
+            finally:
+                self.env[vector.var] = lane_values
+        offsets = self._offset(buffer, indices)
+        if _lanes(offsets) is None:
+            offsets = self.splat(offsets, vector.lanes)
+        return False, offsets
 
     def _load(self, e):
-        address = self._address(e.buffer, e.indices)
-        value = self.b.load(address, align=max(1, np.dtype(e.buffer.dtype).itemsize))
+        itemsize = np.dtype(e.buffer.dtype).itemsize
+        if self.vector is not None and self.vector.depends(e):
+            value = self._vector_load(e.buffer, e.indices)
+        else:
+            value = self.b.load(self._address(e.buffer, e.indices), align=max(1, itemsize))
         if e.buffer.dtype == "bool":
-            value = self.b.trunc(value, self.ir.IntType(1))
+            value = self.b.trunc(value, self._like(value, self.ir.IntType(1)))
         return self.convert(value, e.buffer.dtype, e.dtype)
+
+    def _like(self, value, element):
+        """``element``, or a vector of it as wide as ``value``."""
+        lanes = _lanes(value)
+        return element if lanes is None else self.ir.VectorType(element, lanes)
+
+    def _vector_load(self, buffer, indices):
+        ir, b = self.ir, self.b
+        lanes = self.vector.lanes
+        elem = _memory_type(buffer.dtype)
+        align = max(1, np.dtype(buffer.dtype).itemsize)
+        contiguous, where = self._lane_access(buffer, indices)
+        vector_type = ir.VectorType(elem, lanes)
+        if contiguous:
+            return b.load(b.bitcast(where, ir.PointerType(vector_type)), align=align)
+        pointer = self._pointer(buffer)
+        value = ir.Constant(vector_type, ir.Undefined)
+        for lane in range(lanes):  # a gather, one element at a time
+            index = ir.Constant(ir.IntType(32), lane)
+            address = b.gep(pointer, [b.extract_element(where, index)], inbounds=True)
+            value = b.insert_element(value, b.load(address, align=align), index)
+        return value
 
     def _call(self, e):
         ir, b = self.ir, self.b
-        args = [self.expr(a) for a in e.args]
-        ty = _value_type(e.dtype)
+        args = list(self.match(*[self.expr(a) for a in e.args]))
+        lanes = _lanes(args[0])
+        if lanes is not None and e.name in _LIBM:  # the C library has scalar functions only
+            result = ir.Constant(ir.VectorType(_value_type(e.dtype), lanes), ir.Undefined)
+            for lane in range(lanes):
+                index = ir.Constant(ir.IntType(32), lane)
+                value = self._scalar_call(e, [b.extract_element(a, index) for a in args])
+                result = b.insert_element(result, value, index)
+            return result
+        return self._scalar_call(e, args)
+
+    def _scalar_call(self, e, args):
+        """``e`` applied to ``args`` (scalars, or vectors for everything but the C library)."""
+        ir, b = self.ir, self.b
+        ty = args[0].type
         if e.name == "abs" and not _is_float(e.dtype):
             x = args[0]
             if _is_unsigned(e.dtype):
                 return x
             return b.select(b.icmp_signed("<", x, ir.Constant(ty, 0)), b.neg(x), x)
         if e.name in _LLVM_INTRINSICS:
-            fn = self.module.declare_intrinsic(_LLVM_INTRINSICS[e.name], [ty])
-            return b.call(fn, args)
+            return b.call(self.intrinsic(_LLVM_INTRINSICS[e.name], ty, len(args)), args)
         if e.name in _LIBM:
             single, double = _LIBM[e.name]
             if e.dtype == "float64":
@@ -390,10 +752,10 @@ class _FunctionBuilder:
             return self.convert(result, "float32", e.dtype) if e.dtype == "float16" else result
         one = ir.Constant(ty, 1.0)
         if e.name == "rsqrt":
-            root = b.call(self.module.declare_intrinsic("llvm.sqrt", [ty]), args)
+            root = b.call(self.intrinsic("llvm.sqrt", ty, 1), args)
             return b.fdiv(one, root)
         if e.name == "sigmoid":
-            exp = b.call(self.module.declare_intrinsic("llvm.exp", [ty]), [b.fneg(args[0])])
+            exp = b.call(self.intrinsic("llvm.exp", ty, 1), [b.fneg(args[0])])
             return b.fdiv(one, b.fadd(one, exp))
         raise CompileError(f"{self.where()}: no LLVM lowering for intrinsic {e.name}")
 
@@ -411,11 +773,26 @@ class _FunctionBuilder:
             self.stmt(stmt)
 
     def _store(self, s):
+        ir, b = self.ir, self.b
         value = self.expr(s.value)
+        align = max(1, np.dtype(s.buffer.dtype).itemsize)
+        vector = self.vector
+        if vector is not None and _lanes(value) is None:
+            value = self.splat(value, vector.lanes)
         if s.buffer.dtype == "bool":
-            value = self.b.zext(value, self.ir.IntType(8))
-        address = self._address(s.buffer, s.indices)
-        self.b.store(value, address, align=max(1, np.dtype(s.buffer.dtype).itemsize))
+            value = b.zext(value, self._like(value, ir.IntType(8)))
+        if vector is None:
+            b.store(value, self._address(s.buffer, s.indices), align=align)
+            return
+        contiguous, where = self._lane_access(s.buffer, s.indices)
+        if contiguous:
+            b.store(value, b.bitcast(where, ir.PointerType(value.type)), align=align)
+            return
+        pointer = self._pointer(s.buffer)
+        for lane in range(vector.lanes):  # a scatter, in lane order
+            index = ir.Constant(ir.IntType(32), lane)
+            address = b.gep(pointer, [b.extract_element(where, index)], inbounds=True)
+            b.store(b.extract_element(value, index), address, align=align)
 
     def _let(self, s):
         value = self.expr(s.value)
@@ -477,11 +854,29 @@ class _FunctionBuilder:
                 self.stmt(s.body)
             del self.env[s.var]
             return
+        if s.kind == "vectorized" and self.vector is None:
+            plan = _VectorLoop.plan(s)
+            if plan is not None:
+                self._vector_loop(s, plan)
+                return
         extent = self.convert(self.expr(s.extent), s.extent.dtype, "int64")
         end = self.b.add(begin, extent)
         hints = {"vectorized": [("llvm.loop.vectorize.enable", True)],
                  "unrolled": [("llvm.loop.unroll.enable", None)]}.get(s.kind)
         self._loop(s, begin, end, hints)
+
+    def _vector_loop(self, s, plan: _VectorLoop):
+        """The loop's iterations as one straight-line pass over ``<lanes x T>`` values."""
+        ir = self.ir
+        ramp = ir.Constant(ir.VectorType(self.i64, plan.lanes),
+                           [plan.begin + lane for lane in range(plan.lanes)])
+        self.vector = plan
+        self.env[s.var] = self.convert(ramp, "int64", s.var.dtype)
+        try:
+            self.stmt(s.body)
+        finally:
+            self.vector = None
+            del self.env[s.var]
 
     def _loop(self, s, begin, end, hints):
         ir, b = self.ir, self.b
@@ -525,7 +920,11 @@ class CompiledKernel:
 
     Outputs are written in place. ``source("loops" | "llvm" | "asm")`` shows the loop IR, the
     optimized LLVM IR and the assembly. ``num_threads`` (per call or at build) overrides
-    ``RB_NUM_THREADS`` for a parallel kernel.
+    ``RB_NUM_THREADS`` for a parallel kernel. ``bind(*arrays)`` checks the arrays once and
+    returns a function of no arguments that runs the kernel on them.
+
+    ``kernel`` is a :class:`.runtime.Kernel`, or a :class:`.runtime.PhasedKernel` when the
+    function was compiled in phases (``phased``; see :func:`build_kernel`).
     """
 
     def __init__(self, func: L.PrimFunc, compiled, kernel: Kernel, key_text: str):
@@ -539,8 +938,18 @@ class CompiledKernel:
     def parallel_extent(self):
         return self.kernel.parallel_extent
 
+    @property
+    def phased(self) -> bool:
+        return isinstance(self.kernel, PhasedKernel)
+
     def __call__(self, *arrays, num_threads: int | None = None) -> None:
         self.kernel(*arrays, num_threads=num_threads)
+
+    def bind(self, *arrays, num_threads: int | None = None):
+        """Check ``arrays`` (one per parameter) now; return a function of no arguments that
+        runs the kernel on them, with the thread count fixed now. The arrays must not be
+        resized or freed meanwhile (the function keeps references to them)."""
+        return self.kernel.bind(*arrays, num_threads=num_threads)
 
     def source(self, kind: str = "loops") -> str:
         if kind == "loops":
@@ -554,38 +963,97 @@ class CompiledKernel:
         printer.text(self.source("loops"))
 
 
+def _phases(func: L.PrimFunc, parallel: bool):
+    """``(temporaries, nests)`` when ``func`` compiles in phases, else None: its body is
+    top-level allocations around a sequence of statements, one of them a parallel loop."""
+    if not parallel:
+        return None
+    body, temporaries = func.body, []
+    while isinstance(body, L.Allocate):
+        temporaries.append(body.buffer)
+        body = body.body
+    if not isinstance(body, L.SeqStmt):
+        return None
+    stmts = list(body.stmts)
+    if not any(_is_parallel(n) for n in stmts):
+        return None
+    nests, serial = [], []
+    for stmt in stmts:  # each parallel loop alone; the statements between, one phase each run
+        if _is_parallel(stmt):
+            if serial:
+                nests.append(L.seq(*serial))
+                serial = []
+            nests.append(stmt)
+        else:
+            serial.append(stmt)
+    if serial:
+        nests.append(L.seq(*serial))
+    return temporaries, nests
+
+
+def _is_parallel(stmt) -> bool:
+    return isinstance(stmt, L.For) and stmt.kind == "parallel"
+
+
+def _parallel_extent(func, loop) -> int:
+    if not isinstance(loop.extent, L.IntImm):
+        raise CompileError(f"kernel {func.name}: the parallel loop {loop.var.name} needs a "
+                           "constant extent")
+    return int(loop.extent.value)
+
+
 def build_kernel(func: L.PrimFunc, parallel: bool = True, *,
                  num_threads: int | None = None, cache: bool = True) -> CompiledKernel:
     """Compile ``func`` for the host CPU.
 
     ``parallel=False`` runs an outermost ``parallel`` loop serially in one call. Raises
     :class:`~relaybench.errors.CompileError` naming the kernel when a node cannot be compiled.
+
+    A body made of top-level ``allocate`` statements around a sequence of statements, at least
+    one of them a ``parallel`` loop, compiles in phases (see the module's text): the kernel is
+    then a :class:`.runtime.PhasedKernel`, ``parallel_extent`` gives each phase's extent (None
+    for a serial one), and one kernel's calls must not overlap in time, since its temporaries
+    are shared.
     """
     ir = _ir()
     loops_text = L.to_text(func)
     module = ir.Module(name=func.name)
-    builder = _FunctionBuilder(func, module, parallel)
+    phases = _phases(func, parallel)
+    if phases is None:
+        builders = [_FunctionBuilder(func, module, parallel)]
+        temporaries = []
+    else:
+        temporaries, nests = phases
+        params = tuple(func.params) + tuple(temporaries)
+        builders = [_FunctionBuilder(func, module, parallel, name=f"kernel_{k}", body=nest,
+                                     params=params, aligned=len(func.params))
+                    for k, nest in enumerate(nests)]
     try:
-        builder.build()
+        for builder in builders:
+            builder.build()
     except (TypeError, ValueError, AttributeError) as err:  # llvmlite rejects a construct
         raise CompileError(f"kernel {func.name}: LLVM code generation failed: {err}") from err
-    key_text = (f"{_CODEGEN_VERSION}\nparallel={builder.parallel_loop is not None}\n"
-                f"wide={builder.vectorize_wide}\n{loops_text}")
+    shape = "phases" if phases is not None else (
+        f"parallel={builders[0].parallel_loop is not None}")
+    key_text = (f"{_CODEGEN_VERSION}\n{shape}\nwide={builders[0].vectorize_wide}\n"
+                f"{loops_text}")
     compiled = compile_module(module, key=key_text, name=func.name, cache=cache)
     stored = _stored_buffers(func.body)
     specs = [TensorSpec(b.name, b.shape, b.dtype, output=b in stored) for b in func.params]
-    parallel_extent = None
-    if builder.parallel_loop is not None:
-        extent = builder.parallel_loop.extent
-        if not isinstance(extent, L.IntImm):
-            raise CompileError(f"kernel {func.name}: the parallel loop "
-                               f"{builder.parallel_loop.var.name} needs a constant extent")
-        parallel_extent = int(extent.value)
-    argtypes = [ctypes.c_void_p] * len(func.params)
-    if parallel_extent is not None:
-        argtypes += [ctypes.c_int64, ctypes.c_int64]
-    function = compiled.function("kernel", argtypes)
-    kernel = Kernel(func.name, function, specs, parallel_extent=parallel_extent,
-                    num_threads=num_threads)
+    runs = []
+    for builder in builders:
+        extent = None
+        if builder.parallel_loop is not None:
+            extent = _parallel_extent(func, builder.parallel_loop)
+        argtypes = [ctypes.c_void_p] * (len(func.params) + len(temporaries))
+        if extent is not None:
+            argtypes += [ctypes.c_int64, ctypes.c_int64]
+        runs.append(Phase(builder.fn.name, compiled.function(builder.fn.name, argtypes), extent))
+    if phases is None:
+        kernel = Kernel(func.name, runs[0].function, specs,
+                        parallel_extent=runs[0].parallel_extent, num_threads=num_threads)
+    else:
+        kernel = PhasedKernel(func.name, runs, specs,
+                              [(b.name, b.shape, b.dtype) for b in temporaries],
+                              num_threads=num_threads)
     return CompiledKernel(func, compiled, kernel, key_text)
-

@@ -9,8 +9,15 @@ argument, what was expected and what was given. Compiled code never sees a wrong
 Parallel loops follow one convention, the one the code generator emits: the kernel takes its
 arguments followed by two ``int64`` values ``begin, end`` and runs the outermost loop over
 ``range(begin, end)``. A kernel made with ``parallel_extent=n`` is called on ``[0, n)`` split
-into contiguous ranges, one per thread of a shared pool of ``RB_NUM_THREADS`` threads (0: one per
-core). ctypes calls through a CFUNCTYPE release the GIL, so the ranges run at the same time.
+into contiguous ranges, one per thread: the calling thread runs the first range and a shared
+:class:`WorkerPool` the others, ``RB_NUM_THREADS`` threads in all (0: one per core). ctypes calls
+through a CFUNCTYPE release the GIL, so the ranges run at the same time.
+
+A :class:`PhasedKernel` runs several compiled functions (phases) one after the other on the same
+arguments plus temporaries it owns (one 64-byte aligned array each, made once); each parallel
+phase is spread over the threads like a :class:`Kernel`. ``bind(*arrays)`` on either checks the
+arrays once and returns a function of no arguments that runs the kernel on them: the way to call
+a kernel many times on fixed buffers with the least overhead.
 
 >>> split_range(10, 3)
 [(0, 4), (4, 7), (7, 10)]
@@ -30,9 +37,9 @@ x | Tensor[(2, 3), float32] | Tensor[(3, 2), float32]
 from __future__ import annotations
 
 import ctypes
+import queue
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,7 +47,8 @@ import numpy as np
 from ... import config
 from ...errors import ExecutionError
 
-__all__ = ["TensorSpec", "ScalarSpec", "Kernel", "split_range", "parallel_for", "thread_pool"]
+__all__ = ["TensorSpec", "ScalarSpec", "Kernel", "PhasedKernel", "Phase", "WorkerPool",
+           "split_range", "parallel_for", "thread_pool", "aligned_empty"]
 
 
 def _tensor_text(shape, dtype) -> str:
@@ -150,21 +158,92 @@ def split_range(extent: int, parts: int) -> list[tuple[int, int]]:
     return ranges
 
 
-_pool: ThreadPoolExecutor | None = None
-_pool_size = 0
+class WorkerPool:
+    """``size - 1`` worker threads (named ``rb-kernel-N``); the caller of :meth:`run` is the
+    ``size``-th.
+
+    Each worker waits on its own queue, so handing out ranges costs one queue put per worker and
+    no future objects. Calls from several threads at once are served in the order they arrive.
+    A body must not itself call :meth:`run` on the same pool (it would wait for itself).
+    """
+
+    def __init__(self, size: int):
+        if size < 1:
+            raise ValueError(f"WorkerPool: size must be at least 1, got {size}")
+        self.size = size
+        self._inboxes = []
+        for k in range(size - 1):
+            inbox = queue.SimpleQueue()
+            worker = threading.Thread(target=self._work, args=(inbox,),
+                                      name=f"rb-kernel-{k}", daemon=True)
+            worker.start()
+            self._inboxes.append(inbox)
+
+    @staticmethod
+    def _work(inbox):
+        while True:
+            task = inbox.get()
+            if task is None:
+                return
+            body, begin, end, done = task
+            try:
+                body(begin, end)
+            except BaseException as err:  # handed to the caller of run
+                done.put(err)
+            else:
+                done.put(None)
+
+    def run(self, body: Callable[[int, int], object], ranges: Sequence[tuple[int, int]]) -> None:
+        """``body(*ranges[0])`` in the calling thread, ``body(*ranges[k])`` on worker ``k-1``;
+        returns when all have finished, re-raising the first exception (the caller's range
+        first, then in order of completion)."""
+        if len(ranges) > self.size:
+            raise ValueError(f"WorkerPool.run: {len(ranges)} ranges for {self.size} threads")
+        done = queue.SimpleQueue()
+        for inbox, (begin, end) in zip(self._inboxes, ranges[1:]):
+            inbox.put((body, begin, end, done))
+        first_error = None
+        try:
+            if ranges:
+                body(*ranges[0])
+        except BaseException as err:  # wait for the others before raising
+            first_error = err
+        for _ in range(len(ranges) - 1):
+            err = done.get()
+            if err is not None and first_error is None:
+                first_error = err
+        if first_error is not None:
+            raise first_error
+
+    def shutdown(self) -> None:
+        """Let the workers finish what they were given, then stop."""
+        for inbox in self._inboxes:
+            inbox.put(None)
+        self._inboxes = []
+
+
+_pools: dict[int, WorkerPool] = {}
 _pool_lock = threading.Lock()
 
 
-def thread_pool(num_threads: int) -> ThreadPoolExecutor:
-    """The shared pool, (re)made with ``num_threads`` workers when the size changes."""
-    global _pool, _pool_size
-    with _pool_lock:
-        if _pool is None or _pool_size != num_threads:
-            if _pool is not None:
-                _pool.shutdown(wait=True)
-            _pool = ThreadPoolExecutor(max_workers=num_threads, thread_name_prefix="rb-kernel")
-            _pool_size = num_threads
-        return _pool
+def thread_pool(num_threads: int) -> WorkerPool:
+    """The shared pool of ``num_threads`` threads (the caller and ``num_threads - 1`` workers),
+    made on first use. Each size has its own pool, kept for the life of the process, so callers
+    asking for different sizes at the same time never wait on each other's workers."""
+    pool = _pools.get(num_threads)
+    if pool is None:
+        with _pool_lock:
+            pool = _pools.get(num_threads)
+            if pool is None:
+                pool = _pools[num_threads] = WorkerPool(num_threads)
+    return pool
+
+
+def _resolve_threads(num_threads: int | None, where: str) -> int:
+    threads = num_threads if num_threads is not None else config.num_threads()
+    if threads < 1:
+        raise ValueError(f"{where}: num_threads must be at least 1, got {threads}")
+    return threads
 
 
 def parallel_for(body: Callable[[int, int], object], extent: int,
@@ -175,28 +254,52 @@ def parallel_for(body: Callable[[int, int], object], extent: int,
     calling thread; the others run on the pool. The first exception raised by a range is
     re-raised after every range has finished.
     """
-    threads = num_threads if num_threads is not None else config.num_threads()
-    if threads < 1:
-        raise ValueError(f"parallel_for: num_threads must be at least 1, got {threads}")
+    threads = _resolve_threads(num_threads, "parallel_for")
     ranges = split_range(extent, threads)
     if len(ranges) <= 1:
         for begin, end in ranges:
             body(begin, end)
         return ranges
-    pool = thread_pool(threads)
-    futures = [pool.submit(body, begin, end) for begin, end in ranges[1:]]
-    first_error = None
-    try:
-        body(*ranges[0])
-    except BaseException as err:  # wait for the others before raising
-        first_error = err
-    for future in futures:
-        err = future.exception()
-        if err is not None and first_error is None:
-            first_error = err
-    if first_error is not None:
-        raise first_error
+    thread_pool(threads).run(body, ranges)
     return ranges
+
+
+def _launcher(function, values: tuple, parallel_extent: int | None, threads: int,
+              keep=()) -> Callable[[], None]:
+    """A function of no arguments that calls ``function`` on ``values`` (over
+    ``[0, parallel_extent)`` across ``threads`` threads when it is given); it holds on to
+    ``keep`` (the arrays whose pointers are in ``values``)."""
+    if parallel_extent is None:
+        return lambda keep=keep: function(*values)
+    ranges = split_range(parallel_extent, threads)
+    if not ranges:
+        return lambda keep=keep: None
+    if len(ranges) == 1:
+        return lambda keep=keep: function(*values, 0, parallel_extent)
+
+    pool = thread_pool(threads)
+
+    def body(begin, end):
+        function(*values, begin, end)
+
+    def launch(keep=keep):
+        pool.run(body, ranges)
+    return launch
+
+
+def aligned_empty(shape, dtype, alignment: int = 64) -> np.ndarray:
+    """An uninitialized C-contiguous array whose data starts on an ``alignment``-byte boundary.
+
+    >>> int(aligned_empty((3, 5), "float32").ctypes.data % 64)
+    0
+    """
+    dtype = np.dtype(dtype)
+    count = 1
+    for extent in shape:
+        count *= int(extent)
+    raw = np.empty(count * dtype.itemsize + alignment, np.uint8)
+    skip = (-raw.ctypes.data) % alignment
+    return raw[skip:skip + count * dtype.itemsize].view(dtype).reshape(tuple(shape))
 
 
 class Kernel:
@@ -245,7 +348,82 @@ class Kernel:
         parallel_for(lambda begin, end: self.function(*values, begin, end),
                      self.parallel_extent, threads)
 
+    def bind(self, *args, num_threads: int | None = None) -> Callable[[], None]:
+        """Check ``args`` now and return a function of no arguments that runs the kernel on
+        them. The arrays are kept alive by the returned function; the thread count is fixed
+        when binding (default ``num_threads`` of the kernel, then ``RB_NUM_THREADS``)."""
+        values = tuple(self.check(args))
+        threads = _resolve_threads(num_threads if num_threads is not None else self.num_threads,
+                                   self.name)
+        return _launcher(self.function, values, self.parallel_extent, threads, keep=args)
+
     def __repr__(self) -> str:
         specs = ", ".join(f"{s.name}: {s.expected}" for s in self.arg_specs)
         par = f", parallel over {self.parallel_extent}" if self.parallel_extent is not None else ""
         return f"Kernel({self.name}({specs}){par})"
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One compiled function of a :class:`PhasedKernel`: a ctypes callable taking the kernel's
+    arguments then its temporaries (then ``int64 begin, end`` when ``parallel_extent`` is
+    given)."""
+
+    name: str
+    function: object
+    parallel_extent: int | None = None
+
+
+class PhasedKernel:
+    """Compiled functions run in order on the same checked arguments and on temporaries the
+    kernel owns.
+
+    ``temporaries`` are ``(name, shape, dtype)``; each becomes a 64-byte aligned array made once,
+    so calls of one PhasedKernel must not overlap in time (each thread should build its own).
+    A parallel phase is spread over ``num_threads`` threads (default ``RB_NUM_THREADS``) and
+    finishes before the next phase starts.
+    """
+
+    def __init__(self, name: str, phases: Sequence[Phase],
+                 arg_specs: Sequence[TensorSpec | ScalarSpec],
+                 temporaries: Sequence[tuple] = (), *, num_threads: int | None = None):
+        self.name = name
+        self.phases = tuple(phases)
+        self.arg_specs = tuple(arg_specs)
+        self.num_threads = num_threads
+        self.temporaries = tuple(aligned_empty(shape, dtype) for _, shape, dtype in temporaries)
+        self.temporary_names = tuple(name for name, _, _ in temporaries)
+        self._temporary_pointers = tuple(t.ctypes.data for t in self.temporaries)
+        names = [spec.name for spec in self.arg_specs] + list(self.temporary_names)
+        if len(set(names)) != len(names):
+            raise ValueError(f"kernel {name}: argument and temporary names repeat: {names}")
+
+    @property
+    def parallel_extent(self) -> tuple:
+        """The parallel extent of each phase (None for a serial one)."""
+        return tuple(phase.parallel_extent for phase in self.phases)
+
+    check = Kernel.check
+
+    def bind(self, *args, num_threads: int | None = None) -> Callable[[], None]:
+        """As :meth:`Kernel.bind`: check once, then run every phase on each call."""
+        values = tuple(self.check(args)) + self._temporary_pointers
+        threads = _resolve_threads(num_threads if num_threads is not None else self.num_threads,
+                                   self.name)
+        launches = tuple(_launcher(phase.function, values, phase.parallel_extent, threads)
+                         for phase in self.phases)
+
+        def run_phases(keep=(args, self.temporaries)):
+            for launch in launches:
+                launch()
+        return run_phases
+
+    def __call__(self, *args, num_threads: int | None = None) -> None:
+        self.bind(*args, num_threads=num_threads)()
+
+    def __repr__(self) -> str:
+        specs = ", ".join(f"{s.name}: {s.expected}" for s in self.arg_specs)
+        phases = ", ".join(p.name if p.parallel_extent is None
+                           else f"{p.name} parallel over {p.parallel_extent}"
+                           for p in self.phases)
+        return f"PhasedKernel({self.name}({specs}); {phases})"

@@ -1,0 +1,345 @@
+"""``relaybench.build``: a module in, an executable :class:`~.graph_executor.GraphModule` out.
+
+The steps, each timed in :attr:`GraphModule.compile_stats`:
+
+1. the parameters given in ``params`` are bound into ``@main`` as constants;
+2. Relay's default pipeline (:func:`relaybench.passes.pipelines.optimize`) runs at ``opt_level``
+   inside a :class:`~relaybench.passes.PassContext`; its last pass, FuseOps, turns ``@main`` into
+   calls of ``Primitive`` functions (at opt_level 0 every operator is a group of its own);
+3. ``@main`` is read as a static dataflow graph (:func:`.graph_executor.extract_graph`);
+4. every *distinct* fused group is lowered to loop IR (:func:`.lowering.lower_primitive`) and
+   compiled (:func:`.llvm.build_kernel`) once: groups that are structurally equal
+   (:func:`~relaybench.ir.structural.structural_equal`, as ResNet's repeated blocks are) share a
+   kernel. A group holding an operator that has no compute runs on the host through the
+   reference interpreter (a *host kernel*, listed in ``GraphModule.host_groups``).
+
+>>> import numpy as np, relaybench as rb
+>>> from relaybench import op
+>>> x = rb.var("x", shape=(2, 8))
+>>> mod = rb.IRModule.from_expr(rb.Function([x], op.nn.relu(x * rb.const(2.0))))
+>>> graph = rb.build(mod, opt_level=3)
+>>> [k.name for k in graph.kernels]
+['fused_multiply_nn_relu']
+>>> graph.run(x=np.full((2, 8), -1.5, "float32"))[0, :3]
+array([0., 0., 0.], dtype=float32)
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from dataclasses import dataclass, field
+from typing import Iterable, Optional, Sequence
+
+import numpy as np
+
+from ..errors import CompileError, RelayError
+from ..ir.expr import Call, Function, Op
+from ..ir.functor import post_order
+from ..ir.module import IRModule
+from ..ir.types import TensorType
+from .target import Target
+
+__all__ = ["build", "GroupKernel", "HostKernel", "CompileStats", "compile_groups"]
+
+
+@dataclass
+class CompileStats:
+    """Where a build's time went, and where its kernels came from.
+
+    ``llvm_compiled`` counts modules LLVM compiled in this build, ``from_disk`` those read back
+    from the kernel cache (``RB_CACHE_DIR``), ``from_memory`` those this process had compiled
+    already.
+    """
+
+    optimize_seconds: float = 0.0
+    lower_seconds: float = 0.0
+    compile_seconds: float = 0.0
+    total_seconds: float = 0.0
+    groups: int = 0            # calls of fused groups in @main
+    kernels: int = 0           # distinct groups, each compiled once
+    host_kernels: int = 0      # groups run through the reference interpreter
+    llvm_compiled: int = 0
+    from_disk: int = 0
+    from_memory: int = 0
+
+    def __repr__(self) -> str:
+        return (f"CompileStats({self.groups} groups, {self.kernels} kernels "
+                f"({self.host_kernels} on the host); optimize {self.optimize_seconds:.2f} s, "
+                f"lower {self.lower_seconds:.2f} s, compile {self.compile_seconds:.2f} s, total "
+                f"{self.total_seconds:.2f} s; LLVM compiled {self.llvm_compiled}, from the disk "
+                f"cache {self.from_disk}, from memory {self.from_memory})")
+
+
+class HostKernel:
+    """A fused group run by the reference interpreter, called like a compiled kernel: its flattened
+    inputs, then its outputs (written in place)."""
+
+    def __init__(self, name: str, func: Function, reason: str):
+        from ..ir.module import IRModule as _Module
+        from .executor import create_executor
+        from .lowering import flatten_type
+        self.name = name
+        self.func = func
+        self.reason = reason
+        self.param_types = [p.checked_type or p.type_annotation for p in func.params]
+        self.input_types = []
+        self._arity = []
+        for p, t in zip(func.params, self.param_types):
+            types = flatten_type(t, f"{name}: parameter %{p.name_hint}")
+            self.input_types.extend(types)
+            self._arity.append(len(types))
+        self.output_types = flatten_type(func.body.checked_type, f"{name}: result")
+        plain = Function(func.params, func.body, func.ret_type)
+        self._run = create_executor("interpreter", mod=_Module.from_expr(plain)).evaluate()
+
+    def __call__(self, *arrays, num_threads: Optional[int] = None) -> None:
+        from .lowering import _nest
+        n_in = len(self.input_types)
+        inputs, outputs = arrays[:n_in], arrays[n_in:]
+        args, pos = [], 0
+        for t, count in zip(self.param_types, self._arity):
+            chunk = list(inputs[pos:pos + count])
+            pos += count
+            args.append(chunk[0] if isinstance(t, TensorType) else _as_tuple(_nest(t, chunk)))
+        result = self._run(*args)
+        flat = _flatten_result(result)
+        for out, value in zip(outputs, flat):
+            np.copyto(out, value, casting="no")
+
+    def source(self, kind: str = "loops") -> str:
+        """The group's Relay text: a host kernel has no loop IR or machine code."""
+        text = str(IRModule.from_expr(Function(self.func.params, self.func.body,
+                                                self.func.ret_type)))
+        if kind in ("loops", "relay"):
+            return f"// {self.name}: host (reference) kernel: {self.reason}\n{text}"
+        if kind in ("llvm", "asm"):
+            return f"; {self.name}: host (reference) kernel, no {kind} code: {self.reason}"
+        raise ValueError(f"unknown source kind {kind!r}; known kinds: loops, llvm, asm")
+
+    def __repr__(self) -> str:
+        return f"HostKernel({self.name}: host (reference))"
+
+
+def _as_tuple(value):
+    return tuple(_as_tuple(v) for v in value) if isinstance(value, list) else value
+
+
+def _flatten_result(value) -> list:
+    out, stack = [], [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, (tuple, list)):
+            stack.extend(reversed(v))
+        else:
+            out.append(np.asarray(v))
+    return out
+
+
+@dataclass
+class GroupKernel:
+    """One distinct fused group: its Primitive function, its loop IR (``lowered``, None for a host
+    kernel) and its compiled code (a ``CompiledKernel``, or a :class:`HostKernel`)."""
+
+    name: str
+    function: Function
+    lowered: object
+    compiled: object
+    host: bool = False
+    lower_seconds: float = 0.0
+    compile_seconds: float = 0.0
+    constants: list = field(default_factory=list)
+
+    @property
+    def ops(self) -> list:
+        if self.lowered is not None:
+            return list(self.lowered.ops)
+        return [n.op.name for n in post_order(self.function.body)
+                if isinstance(n, Call) and isinstance(n.op, Op)]
+
+    @property
+    def pattern(self) -> str:
+        return self.lowered.pattern if self.lowered is not None else "OPAQUE"
+
+    @property
+    def rule(self) -> str:
+        return self.lowered.rule if self.lowered is not None else "host (reference)"
+
+    @property
+    def flops(self) -> int:
+        return int(self.lowered.flops) if self.lowered is not None else 0
+
+    @property
+    def input_types(self) -> list:
+        return list(self.lowered.input_types if self.lowered is not None
+                    else self.compiled.input_types)
+
+    @property
+    def output_types(self) -> list:
+        return list(self.lowered.output_types if self.lowered is not None
+                    else self.compiled.output_types)
+
+    def source(self, kind: str = "loops") -> str:
+        return self.compiled.source(kind)
+
+    def bind_call(self, arrays: Sequence[np.ndarray], num_threads: Optional[int]):
+        """A function of no arguments running this kernel on ``arrays`` (fixed buffers)."""
+        kernel = self.compiled
+        bind = getattr(kernel, "bind", None)
+        if bind is not None:
+            try:
+                params = inspect.signature(bind).parameters
+            except (TypeError, ValueError):
+                params = {}
+            if "num_threads" in params:
+                return bind(*arrays, num_threads=num_threads)
+            if num_threads is None:
+                return bind(*arrays)
+        arrays = tuple(arrays)
+        if num_threads is None:
+            return lambda: kernel(*arrays)
+        return lambda: kernel(*arrays, num_threads=num_threads)
+
+    def __repr__(self) -> str:
+        where = "host (reference)" if self.host else self.rule
+        return f"GroupKernel({self.name}: {', '.join(self.ops) or 'copy'}; {where})"
+
+
+def _jit_stats() -> dict:
+    try:
+        from .llvm.jit import _jit
+    except ImportError:
+        return {}
+    return dict(_jit.stats) if _jit is not None else {}
+
+
+def _has_no_compute(err: CompileError) -> bool:
+    return "has no compute" in str(err)
+
+
+def compile_groups(functions: Iterable[Function], target=None, stats: CompileStats | None = None,
+                   num_threads: Optional[int] = None) -> dict:
+    """Lower and compile each distinct Primitive function of ``functions`` once.
+
+    Returns a dict from each function (by identity) to its :class:`GroupKernel`; functions that
+    are structurally equal map to the same one. Kernel names are the groups' names
+    (``fused_nn_conv2d_add_nn_relu``), made unique with ``_1``, ``_2``, ... in order of first use.
+    """
+    from ..ir.structural import structural_equal, structural_hash
+    from .lowering import group_name
+
+    target = Target.parse(target)
+    stats = stats if stats is not None else CompileStats()
+    by_identity: dict = {}
+    by_hash: dict = {}
+    names: dict = {}
+    for func in functions:
+        if func in by_identity:
+            continue
+        key = structural_hash(func)
+        bucket = by_hash.setdefault(key, [])
+        found = next((k for f, k in bucket if structural_equal(f, func)), None)
+        if found is None:
+            base = group_name(func)
+            count = names.get(base, 0)
+            names[base] = count + 1
+            name = base if count == 0 else f"{base}_{count}"
+            found = _compile_one(func, name, target, stats, num_threads)
+            bucket.append((func, found))
+        by_identity[func] = found
+    return by_identity
+
+
+def _compile_one(func: Function, name: str, target: Target, stats: CompileStats,
+                 num_threads: Optional[int]) -> GroupKernel:
+    from .lowering import lower_primitive
+
+    where = f"fused group {name}"
+    t0 = time.perf_counter()
+    try:
+        lowered = lower_primitive(func, target, name=name)
+    except CompileError as err:
+        if not _has_no_compute(err):
+            raise CompileError(f"{where}: {err}") from err
+        stats.lower_seconds += time.perf_counter() - t0
+        stats.host_kernels += 1
+        return GroupKernel(name, func, None, HostKernel(name, func, str(err)), host=True,
+                           lower_seconds=time.perf_counter() - t0)
+    except RelayError:
+        raise
+    except Exception as err:  # a failure inside a compute or a schedule rule: name the group
+        raise CompileError(f"{where}: lowering failed: {type(err).__name__}: {err}") from err
+    t1 = time.perf_counter()
+    stats.lower_seconds += t1 - t0
+    if target.kind != "llvm":
+        raise CompileError(f"{where}: no code generator for target {target}")
+    from .llvm import build_kernel
+    try:
+        compiled = build_kernel(lowered.prim_func)
+    except RelayError as err:
+        if str(err).startswith(where):
+            raise
+        raise CompileError(f"{where}: {err}") from err
+    except Exception as err:  # a failure inside the code generator: name the group
+        raise CompileError(f"{where}: code generation failed: {type(err).__name__}: {err}") \
+            from err
+    t2 = time.perf_counter()
+    stats.compile_seconds += t2 - t1
+    constants = [np.ascontiguousarray(c) for c in lowered.constants]
+    return GroupKernel(name, func, lowered, compiled, lower_seconds=t1 - t0,
+                       compile_seconds=t2 - t1, constants=constants)
+
+
+def _as_module(mod) -> IRModule:
+    if isinstance(mod, IRModule):
+        return mod
+    if isinstance(mod, Function):
+        return IRModule.from_expr(mod)
+    raise TypeError(f"build takes an IRModule or a Function, not {type(mod).__name__}")
+
+
+def build(mod, target="llvm", params: Optional[dict] = None, opt_level: int = 3, *,
+          instruments: Sequence = (), required_pass: Iterable[str] = (),
+          disabled_pass: Iterable[str] = (), config: Optional[dict] = None,
+          num_threads: Optional[int] = None):
+    """Optimize ``mod``, compile every fused group of ``@main``, return a GraphModule.
+
+    ``params`` (name -> array) are bound into ``@main`` as constants first. ``opt_level``,
+    ``instruments``, ``required_pass``, ``disabled_pass`` and ``config`` make the
+    :class:`~relaybench.passes.PassContext` the default pipeline runs in. ``num_threads`` (else
+    the target's ``-num-threads``, else ``RB_NUM_THREADS``) is how many threads the kernels use.
+
+    Raises :class:`~relaybench.errors.CompileError` when ``@main`` is not static dataflow (the
+    interpreter and the VM run everything), or when a group cannot be compiled (the group named).
+    """
+    from ..passes import InferType
+    from ..passes.bind_params import bind_params
+    from ..passes.pipelines import optimize
+    from .graph_executor import GraphModule, extract_graph
+
+    start = time.perf_counter()
+    target = Target.parse(target)
+    mod = _as_module(mod)
+    if params:
+        mod = bind_params(mod, params)
+    stats = CompileStats()
+    jit_before = _jit_stats()
+    optimized = optimize(mod, opt_level, instruments=instruments, required_pass=required_pass,
+                         disabled_pass=disabled_pass, config=config)
+    if optimized["main"].checked_type is None:
+        optimized = InferType()(optimized)
+    stats.optimize_seconds = time.perf_counter() - start
+    graph = extract_graph(optimized["main"])
+    kernels = compile_groups([node.function for node in graph.nodes], target, stats)
+    jit_after = _jit_stats()
+    for key, attr in (("compiled", "llvm_compiled"), ("from_disk", "from_disk"),
+                      ("from_memory", "from_memory")):
+        setattr(stats, attr, jit_after.get(key, 0) - jit_before.get(key, 0))
+    stats.groups = len(graph.nodes)
+    stats.kernels = len({id(k) for k in kernels.values()})
+    if num_threads is None and target.num_threads is not None:
+        num_threads = target.num_threads
+    module = GraphModule(optimized, graph, kernels, target=target, num_threads=num_threads,
+                         compile_stats=stats)
+    stats.total_seconds = time.perf_counter() - start
+    return module

@@ -1,0 +1,434 @@
+"""The x86 strategy: computes and schedules for the host CPU (AVX-512 where present).
+
+Rules, by the group's anchor (the call with the highest pattern kind):
+
+``conv2d_NCHWc``
+    ``nn.conv2d`` with data in ``NCHW{x}c`` and weights in ``OIHW{i}i{o}o`` (what AlterOpLayout
+    makes), ``groups=1``. The compute splits the input channels into block and lane (two reduce
+    axes, as TVM's ``conv2d_NCHWc``); the padded input is its own stage computed first, in
+    parallel; the output is computed per (output-channel block, row) in parallel, in tiles of
+    ``ow_tile`` output columns: the convolution is accumulated in a register tile of
+    ``ow_tile x {o}`` values (``compute_at`` the tile, reduce loops outside, the width tile unrolled
+    and the output-channel block vectorized innermost), then the fused epilogue (bias, residual,
+    relu...) is applied as the tile is stored.
+``depthwise_conv2d_NCHWc``
+    a depthwise ``nn.conv2d`` in ``NCHW{x}c``: parallel over (channel block, row), the window
+    reduced outside the vectorized channel lanes.
+``dense``
+    ``nn.dense``: the reduction split into 16-lane partial sums (contiguous vector loads of both
+    operands), summed at the end; parallel over output features.
+``reduce``
+    any other reduction (pooling, global pooling, softmax's stages, sum...): the innermost data
+    axis vectorized when it is a lane block (the ``c`` of ``NCHW16c``) with the reduce loops
+    outside it; the outer data axes fused and run in parallel.
+``injective``
+    elementwise, broadcast and injective groups: the innermost axis split into vector lanes
+    (vectorized) when it divides, the rest fused into one parallel loop.
+
+Every stage that is not an output and not a reduction is inlined into its readers, except a
+convolution's padding, which is computed first.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from ... import te
+from ...op._compute import _operand, padded, shape_of
+from ...te.tensor import ComputeOp
+
+__all__ = ["compute", "schedule", "VECTOR_BYTES", "PARALLEL_MIN_WORK"]
+
+VECTOR_BYTES = 64
+"""Bytes per vector register (AVX-512)."""
+
+PARALLEL_MIN_WORK = 16384
+"""Below this many element-operations a loop nest runs on one thread (the pool costs more)."""
+
+_NCHWC = re.compile(r"^NCHW(\d+)c$")
+_OIHWIO = re.compile(r"^OIHW(\d+)i(\d+)o$")
+
+
+def lanes(dtype: str) -> int:
+    """Vector lanes of ``dtype`` in one register."""
+    return max(1, VECTOR_BYTES // np.dtype(dtype).itemsize)
+
+
+# ------------------------------------------------------------------------------------ computes
+
+def _conv_kind(call):
+    """``"NCHWc"``, ``"depthwise_NCHWc"`` or None for a conv2d call."""
+    if call.op.name != "nn.conv2d":
+        return None
+    a = call.attrs
+    if (a.data_layout == "NCHW" and a.kernel_layout == "OIHW"
+            and (a.out_layout or "NCHW") == "NCHW"):
+        channels_in = int(call.args[0].checked_type.shape[1])
+        channels_out = int(call.checked_type.shape[1])
+        if a.groups == 1 or a.groups == channels_in == channels_out:
+            return "NCHW"
+        return None
+    data = _NCHWC.match(a.data_layout or "")
+    out = _NCHWC.match(a.out_layout or a.data_layout or "")
+    if not data or not out:
+        return None
+    kernel = _OIHWIO.match(a.kernel_layout or "")
+    block = int(data.group(1))
+    if (a.groups == 1 and kernel and int(kernel.group(1)) == block
+            and int(kernel.group(2)) == int(out.group(1))):
+        return "NCHWc"
+    if (a.groups > 1 and kernel and int(kernel.group(1)) == 1 and int(kernel.group(2)) == block
+            and int(out.group(1)) == block):
+        (dshape, wshape) = [tuple(int(d) for d in arg.checked_type.shape) for arg in call.args]
+        if dshape[1] * block == a.groups and wshape[0] * block == a.groups:
+            return "depthwise_NCHWc"
+    return None
+
+
+def depthwise_conv2d_nchwc_compute(inputs, attrs, out_type):
+    """Depthwise conv2d (channel multiplier 1) in NCHW{b}c x OIHW1i{b}o: each channel lane reads
+    its own lane of the padded input."""
+    data, weight = inputs
+    dt = out_type.dtype
+    sh, sw = attrs.strides
+    dh, dw = attrs.dilation
+    _, _, kh, kw, _, _ = weight.shape
+    src = _padded_rows_and_columns(data, attrs)
+    ry = te.reduce_axis(kh, name="ry")
+    rx = te.reduce_axis(kw, name="rx")
+
+    def body(n, co, oh, ow, ci):
+        value = src[n, co, oh * sh + ry * dh, ow * sw + rx * dw, ci]
+        return te.sum(_operand(value, dt) * _operand(weight[co, 0, ry, rx, 0, ci], dt),
+                      axis=[ry, rx])
+    return te.compute(shape_of(out_type), body, name="depthwise_conv2d_NCHWc")
+
+
+def _padded_rows_and_columns(data, attrs):
+    """``data`` (NCHW{x}c) with the convolution's padding of H and W, as a stage named ``pad``."""
+    pt, pl, pb, pr = attrs.padding
+    if not (pt or pl or pb or pr):
+        return data
+    pads = [(0, 0), (0, 0), (pt, pb), (pl, pr), (0, 0)]
+    return padded(data, pads, te.cast(data.dtype, 0), "pad")
+
+
+def conv2d_nchwc_compute(inputs, attrs, out_type):
+    """conv2d in NCHW{ib}c x OIHW{ib}i{ob}o -> NCHW{ob}c with the input channels as two reduce
+    axes (block ``rco`` and lane ``rci``) and the padded input as a stage ``pad``."""
+    data, weight = inputs
+    dt = out_type.dtype
+    sh, sw = attrs.strides
+    dh, dw = attrs.dilation
+    oc_blocks, ic_blocks, kh, kw, ib, ob = weight.shape
+    src = _padded_rows_and_columns(data, attrs)
+    rco = te.reduce_axis(ic_blocks, name="rco")
+    ry = te.reduce_axis(kh, name="ry")
+    rx = te.reduce_axis(kw, name="rx")
+    rci = te.reduce_axis(ib, name="rci")
+
+    def body(n, oco, oh, ow, oci):
+        value = src[n, rco, oh * sh + ry * dh, ow * sw + rx * dw, rci]
+        return te.sum(_operand(value, dt) * _operand(weight[oco, rco, ry, rx, rci, oci], dt),
+                      axis=[rco, ry, rx, rci])
+    return te.compute(shape_of(out_type), body, name="conv2d_NCHWc")
+
+
+def dense_compute(inputs, attrs, out_type):
+    """dense as 16-lane partial sums over the reduction, then their sum."""
+    x, w = inputs
+    dt = out_type.dtype
+    k_total = x.shape[-1]
+    width = lanes(dt)
+    if k_total % width or k_total < 2 * width:
+        return None
+    shape = shape_of(out_type)
+    ko = te.reduce_axis(k_total // width, name="ko")
+    partial = te.compute(shape + (width,), lambda *i: te.sum(
+        _operand(x[i[:-2] + (ko * width + i[-1],)], dt)
+        * _operand(w[i[-2], ko * width + i[-1]], dt), axis=[ko]), name="dense_partial")
+    ki = te.reduce_axis(width, name="ki")
+    return te.compute(shape, lambda *i: te.sum(partial[i + (ki,)], axis=[ki]), name="dense")
+
+
+def compute(call, target):
+    """The compute this strategy uses for ``call`` instead of the op's own, or None."""
+    kind = _conv_kind(call)
+    if kind == "NCHWc":
+        return conv2d_nchwc_compute
+    if kind == "depthwise_NCHWc":
+        return depthwise_conv2d_nchwc_compute
+    if call.op.name == "nn.dense":
+        def dense(inputs, attrs, out_type):
+            out = dense_compute(inputs, attrs, out_type)
+            return out if out is not None else call.op.opdef.compute(inputs, attrs, out_type)
+        return dense
+    return None
+
+
+# ----------------------------------------------------------------------------------- schedules
+
+def schedule(group):
+    """The schedule of one fused group and the name of the rule that made it."""
+    s = te.create_schedule(group.outputs)
+    output_ops = {t.op for t in group.outputs}
+    anchor = group.anchor
+    kind = _conv_kind(anchor) if anchor is not None else None
+    keep = set()
+    if kind in ("NCHWc", "depthwise_NCHWc", "NCHW"):
+        conv = group.anchor_tensors[0].op
+        pad = next((t.op for t in conv.inputs if t.op.name == "pad"
+                    and isinstance(t.op, ComputeOp)), None)
+        if pad is not None:
+            keep.add(pad)
+    for op in s.ops:
+        if isinstance(op, ComputeOp) and op not in output_ops and not op.reduce_axis \
+                and op not in keep:
+            s[op].compute_inline()
+
+    rule = "injective"
+    done = set()
+    if kind in ("NCHWc", "depthwise_NCHWc"):
+        rule = "conv2d_NCHWc" if kind == "NCHWc" else "depthwise_conv2d_NCHWc"
+        _schedule_conv_nchwc(s, group, keep)
+        done = set(s.ops)
+    elif kind == "NCHW" and _schedule_conv_nchw(s, group, keep):
+        rule = "conv2d_NCHW"
+        done = set(s.ops)
+    elif anchor is not None and anchor.op.name == "nn.dense" and any(
+            op.name == "dense_partial" for op in s.ops):
+        rule = "dense"
+        if _schedule_dense(s, group):
+            done = set(s.ops)
+    elif any(isinstance(op, ComputeOp) and op.reduce_axis for op in s.ops):
+        rule = "reduce"
+        if len(group.outputs) == 1 and anchor is not None and group.anchor_tensors:
+            red = group.anchor_tensors[0]
+            if isinstance(red.op, ComputeOp) and red.op.reduce_axis and \
+                    tuple(red.shape) == tuple(group.outputs[0].shape) and \
+                    _tile_reduction(s, red, group.outputs[0]):
+                rule = "reduce_tiled"
+                done = set(s.ops) | set(s.stages)
+    for op in s.ops:
+        if not isinstance(op, ComputeOp) or op in done or s[op].inlined:
+            continue
+        if op.reduce_axis:
+            schedule_reduce(s, op)
+        else:
+            schedule_injective(s, op)
+    return s, rule
+
+
+def _work(op) -> int:
+    size = int(np.prod(op.output.shape, dtype=np.int64)) if op.output.shape else 1
+    for axis in op.reduce_axis:
+        size *= axis.extent
+    return size
+
+
+def _fuse_all(stage, axes):
+    fused = axes[0]
+    for axis in axes[1:]:
+        fused = stage.fuse(fused, axis)
+    return fused
+
+
+def schedule_injective(s, op):
+    """Innermost axis in vector lanes when it divides, the rest fused and parallel."""
+    stage = s[op]
+    axes = list(op.axis)
+    if not axes:
+        return
+    width = lanes(op.output.dtype)
+    last = axes[-1]
+    vector = None
+    if last.extent % width == 0:
+        outer, vector = stage.split(last, width)
+        axes = axes[:-1] + [outer]
+    elif last.extent >= 4 and last.extent <= 64 and len(axes) > 1:
+        vector = last
+        axes = axes[:-1]
+    fused = _fuse_all(stage, axes) if axes else None
+    if vector is not None:
+        stage.vectorize(vector)
+    if fused is not None and _work(op) >= PARALLEL_MIN_WORK and fused.extent > 1:
+        stage.parallel(fused)
+
+
+def schedule_reduce(s, op):
+    """Reduce loops outside a vectorized lane block; outer data axes fused and parallel."""
+    stage = s[op]
+    data, reduce = list(op.axis), list(op.reduce_axis)
+    width = lanes(op.output.dtype)
+    vector = None
+    if data and data[-1].extent % width == 0 and data[-1].extent <= 64 and len(data) > 1:
+        vector = data[-1]
+        data = data[:-1]
+        stage.reorder(*data, *reduce, vector)
+    fused = _fuse_all(stage, data) if data else None
+    if vector is not None:
+        stage.vectorize(vector)
+    if fused is not None and fused.extent > 1 and _work(op) >= PARALLEL_MIN_WORK:
+        stage.parallel(fused)
+
+
+def conv_width_tile(width: int, limit: int = 14) -> int:
+    """Output columns per register tile: the largest divisor of ``width`` up to ``limit`` (so no
+    tile is partial), one accumulator register per column and output-channel lane block."""
+    return max(d for d in range(1, min(width, limit) + 1) if width % d == 0)
+
+
+def _schedule_conv_nchwc(s, group, keep):
+    conv_t = group.anchor_tensors[0]
+    conv = conv_t.op
+    outputs = [t for t in group.outputs]
+    pad = next(iter(keep), None)
+    if len(outputs) != 1 or tuple(outputs[0].shape) != tuple(conv_t.shape):
+        return _schedule_conv_nchwc_simple(s, conv, pad, outputs)
+    if outputs[0].op is conv:
+        local = s.cache_write(conv_t).op
+        out_stage = s[conv_t]
+    else:
+        local = conv
+        out_stage = s[outputs[0]]
+    n, oco, oh, ow, oci = out_stage.op.axis
+    tile = conv_width_tile(ow.extent)
+    ow_outer, ow_inner = out_stage.split(ow, tile)
+    out_stage.vectorize(oci)
+    out_stage.parallel(n if n.extent > 1 else oco)
+
+    conv_stage = s[local]
+    conv_stage.compute_at(out_stage, ow_outer)
+    cn, coco, coh, cow, coci = local.axis
+    conv_stage.reorder(cn, coco, coh, *local.reduce_axis, cow, coci)
+    conv_stage.unroll(cow)
+    conv_stage.vectorize(coci)
+    if pad is not None:
+        pad_stage = s[pad]
+        pad_stage.compute_at(out_stage, oh)
+        last = pad.axis[-1]
+        if last.extent in (8, 16, 32, 64):
+            pad_stage.vectorize(last)
+
+
+def _schedule_conv_nchwc_simple(s, conv, pad, outputs):
+    """Groups whose shape the tiled rule does not fit (several outputs): the convolution with its
+    reduction outside the vectorized lane block, parallel over (batch, channel block, row)."""
+    if pad is not None:
+        schedule_injective(s, pad)
+    stage = s[conv]
+    n, oco, oh, ow, oci = conv.axis
+    stage.reorder(n, oco, oh, ow, *conv.reduce_axis, oci)
+    stage.vectorize(oci)
+    stage.parallel(stage.fuse(stage.fuse(n, oco), oh))
+    for out in outputs:
+        if out.op is not conv and not s[out].inlined:
+            schedule_injective(s, out.op)
+
+
+def _parallel_axis(axes):
+    """The loop to run in parallel among ``axes`` (outermost first): the batch when there is
+    more than one image, else the first axis with at least 4 iterations (or the longest)."""
+    if not axes:
+        return None
+    if axes[0].extent > 1:
+        return axes[0]
+    for axis in axes:
+        if axis.extent >= 4:
+            return axis
+    best = max(axes, key=lambda a: a.extent)
+    return best if best.extent > 1 else None
+
+
+def _tile_reduction(s, red, out) -> bool:
+    """A reduction whose innermost data axis is a lane block, accumulated in registers: the
+    output (``red`` itself through cache_write, or its elementwise epilogue) vectorized over the
+    lanes, parallel over an outer axis, the reduction computed at its innermost outer loop with
+    the reduce loops outside the lanes."""
+    axes = list(out.op.axis)
+    width = lanes(out.dtype)
+    if len(axes) < 2 or axes[-1].extent % width or axes[-1].extent > 64:
+        return False
+    if red.op is out.op:
+        local = s.cache_write(red).op
+        out_stage = s[red]
+    else:
+        local = red.op
+        out_stage = s[out]
+    axes = list(out_stage.op.axis)
+    out_stage.vectorize(axes[-1])
+    par = _parallel_axis(axes[:-1])
+    if par is not None and _work(local) >= PARALLEL_MIN_WORK:
+        out_stage.parallel(par)
+    stage = s[local]
+    stage.compute_at(out_stage, axes[-2])
+    data = list(local.axis)
+    stage.reorder(*data[:-1], *local.reduce_axis, data[-1])
+    stage.vectorize(data[-1])
+    return True
+
+
+def _schedule_dense(s, group) -> bool:
+    """dense: per output element, the 16-lane partial sums accumulated in a register over the
+    reduction blocks, then summed; the epilogue applied as the element is stored; parallel over
+    the rows (batch > 1) or the output features."""
+    dense = group.anchor_tensors[0].op
+    partial = next((t.op for t in dense.inputs if t.op.name == "dense_partial"), None)
+    if partial is None or len(group.outputs) != 1:
+        return False
+    out = group.outputs[0]
+    if tuple(out.shape) != tuple(dense.output.shape) or len(out.shape) != 2:
+        return False
+    out_stage = s[out]
+    i, j = out.op.axis
+    par = i if i.extent > 1 else j
+    if _work(partial) >= PARALLEL_MIN_WORK:
+        out_stage.parallel(par)
+    if out.op is not dense:
+        s[dense].compute_at(out_stage, j)
+    stage = s[partial]
+    stage.compute_at(out_stage, j)
+    pi, pj, lane = partial.axis
+    stage.reorder(pi, pj, *partial.reduce_axis, lane)
+    stage.vectorize(lane)
+    return True
+
+
+def _schedule_conv_nchw(s, group, keep) -> bool:
+    """conv2d in NCHW x OIHW (plain or depthwise), as at opt_level 0 before AlterOpLayout: a
+    register tile of ``oc_tile`` output channels x ``width`` output columns (the columns in vector
+    lanes, each input vector shared by the channels, each weight broadcast), the reduction
+    outside the tile, the padded rows computed per output row."""
+    conv_t = group.anchor_tensors[0]
+    outputs = list(group.outputs)
+    if len(outputs) != 1 or tuple(outputs[0].shape) != tuple(conv_t.shape):
+        return False
+    conv = conv_t.op
+    if outputs[0].op is conv:
+        local = s.cache_write(conv_t).op
+        out_stage = s[conv_t]
+    else:
+        local = conv
+        out_stage = s[outputs[0]]
+    n, oc, oh, ow = out_stage.op.axis
+    oc_tile = max(d for d in range(1, min(oc.extent, 8) + 1) if oc.extent % d == 0)
+    width = max(d for d in range(1, min(ow.extent, lanes(conv_t.dtype)) + 1)
+                if ow.extent % d == 0)
+    oc_outer, oc_inner = out_stage.split(oc, oc_tile)
+    ow_outer, ow_inner = out_stage.split(ow, width)
+    out_stage.reorder(n, oc_outer, oh, ow_outer, oc_inner, ow_inner)
+    out_stage.vectorize(ow_inner)
+    par = n if n.extent > 1 else (oc_outer if oc_outer.extent > 1 else oh)
+    if _work(local) >= PARALLEL_MIN_WORK:
+        out_stage.parallel(par)
+    stage = s[local]
+    stage.compute_at(out_stage, ow_outer)
+    cn, coc, coh, cow = local.axis
+    stage.reorder(cn, coh, *local.reduce_axis, coc, cow)
+    stage.unroll(coc)
+    stage.vectorize(cow)
+    for pad in keep:
+        s[pad].compute_at(out_stage, oh)
+    return True

@@ -1,0 +1,296 @@
+"""Simplifying loop-IR index arithmetic with the ranges of the loop variables.
+
+Lowering blocked layouts and split loops produces indices such as ``(c_outer * 16 + c_inner) // 16``
+and ``(c_outer * 16 + c_inner) % 16``. Knowing that ``c_inner`` ranges over ``[0, 16)``, they are
+``c_outer`` and ``c_inner``: affine again, so a code generator can load a whole vector at once.
+:func:`simplify_func` walks a PrimFunc, learning each loop variable's range from its ``For``, and
+rewrites every integer expression to a canonical affine form (a sum of terms with integer
+coefficients) where it can:
+
+* ``(q * c + r) // c`` is ``q + k`` and ``(q * c + r) % c`` is ``r - k * c`` when ``r`` stays within
+  ``[k * c, (k + 1) * c)`` over the ranges;
+* comparisons decided by the ranges become constants (a padding guard that always holds
+  disappears), and so do ``min``/``max`` whose sides are ordered;
+* ``select`` and ``if`` with a constant condition keep the taken side only; ``and``/``or`` with a
+  constant side fold;
+* a loop of extent 1 is replaced by its body with the variable set to the loop's start.
+
+Floating-point expressions are left as written (their rounding is the program's meaning).
+
+>>> from relaybench.te import loop_ir as L
+>>> co, ci = L.Var("co"), L.Var("ci")
+>>> ranges = {co: (0, 3), ci: (0, 15)}
+>>> print(simplify((co * 16 + ci) // 16, ranges), simplify((co * 16 + ci) % 16, ranges))
+co ci
+>>> print(simplify(L.logical_and(co * 2 + 1 >= 0, ci < 16), ranges))
+True
+"""
+
+from __future__ import annotations
+
+from relaybench.te import loop_ir as L
+from relaybench.te.loop_ir import (Allocate, Binary, Cast, Expr, For, IfThenElse, IntImm, LetStmt,
+                                   PrimFunc, Select, SeqStmt, Unary, Var)
+
+__all__ = ["simplify", "simplify_stmt", "simplify_func", "bounds"]
+
+
+def _is_int(dtype: str) -> bool:
+    return dtype.startswith(("int", "uint"))
+
+
+class _Simplifier:
+    def __init__(self, ranges: dict):
+        self.ranges = dict(ranges)
+        self.memo: dict = {}
+
+    # ------------------------------------------------------------------ affine forms
+    def linear(self, e):
+        """``(terms, const)``: terms maps a key to ``[node, coefficient]``; None when ``e`` is not
+        an integer expression."""
+        if not _is_int(e.dtype):
+            return None
+        if isinstance(e, IntImm):
+            return {}, e.value
+        if isinstance(e, Binary) and e.op in ("+", "-"):
+            a, b = self.linear(e.a), self.linear(e.b)
+            if a is not None and b is not None:
+                sign = 1 if e.op == "+" else -1
+                terms = {k: [n, c] for k, (n, c) in a[0].items()}
+                for k, (n, c) in b[0].items():
+                    if k in terms:
+                        terms[k][1] += sign * c
+                    else:
+                        terms[k] = [n, sign * c]
+                return {k: v for k, v in terms.items() if v[1]}, a[1] + sign * b[1]
+        if isinstance(e, Binary) and e.op == "*":
+            a, b = self.linear(e.a), self.linear(e.b)
+            if a is not None and b is not None:
+                if not a[0]:
+                    a, b = b, a
+                if not b[0]:
+                    f = b[1]
+                    return {k: [n, c * f] for k, (n, c) in a[0].items() if c * f}, a[1] * f
+        return {L.to_text(e): [e, 1]}, 0
+
+    def rebuild(self, form, dtype: str):
+        terms, const = form
+        out = None
+        for node, coef in terms.values():
+            if coef == 0:
+                continue
+            if coef == 1:
+                term = node
+            elif coef == -1 and out is not None:
+                out = out - node
+                continue
+            else:
+                term = node * IntImm(coef, dtype)
+            out = term if out is None else out + term
+        if out is None:
+            return IntImm(const, dtype)
+        if const > 0:
+            out = out + IntImm(const, dtype)
+        elif const < 0:
+            out = out - IntImm(-const, dtype)
+        return out
+
+    def form_bounds(self, form):
+        terms, const = form
+        lo = hi = const
+        for node, coef in terms.values():
+            b = self.bounds(node)
+            if b is None:
+                return None
+            a, z = b[0] * coef, b[1] * coef
+            lo += min(a, z)
+            hi += max(a, z)
+        return lo, hi
+
+    def bounds(self, e):
+        """``(low, high)`` of an integer expression over the known ranges, or None."""
+        if not _is_int(e.dtype) and e.dtype != "bool":
+            return None
+        if isinstance(e, IntImm):
+            return e.value, e.value
+        if isinstance(e, Var):
+            return self.ranges.get(e)
+        if isinstance(e, Cast):
+            return self.bounds(e.value) if _is_int(e.value.dtype) else None
+        if isinstance(e, Select):
+            a, b = self.bounds(e.true_value), self.bounds(e.false_value)
+            if a is None or b is None:
+                return None
+            return min(a[0], b[0]), max(a[1], b[1])
+        if isinstance(e, Binary):
+            if e.op in ("+", "-", "*"):
+                form = self.linear(e)
+                if form is not None and not (len(form[0]) == 1 and
+                                             next(iter(form[0].values()))[0] is e):
+                    return self.form_bounds(form)
+                a, b = self.bounds(e.a), self.bounds(e.b)
+                if e.op == "*" and a is not None and b is not None:
+                    products = [x * y for x in a for y in b]
+                    return min(products), max(products)
+                return None
+            if e.op in ("//", "%") and isinstance(e.b, IntImm) and e.b.value > 0:
+                c = e.b.value
+                if e.op == "%":
+                    a = self.bounds(e.a)
+                    if a is not None and a[0] // c == a[1] // c:
+                        return a[0] % c, a[1] % c
+                    return 0, c - 1
+                a = self.bounds(e.a)
+                return None if a is None else (a[0] // c, a[1] // c)
+            if e.op in ("min", "max"):
+                a, b = self.bounds(e.a), self.bounds(e.b)
+                if a is None or b is None:
+                    return None
+                f = min if e.op == "min" else max
+                return f(a[0], b[0]), f(a[1], b[1])
+        return None
+
+    # ------------------------------------------------------------------ expressions
+    def expr(self, e):
+        if e in self.memo:
+            return self.memo[e]
+        out = self._expr(e)
+        self.memo[e] = out
+        return out
+
+    def _expr(self, e):
+        if isinstance(e, (IntImm, L.FloatImm, Var)):
+            return e
+        e = L.map_children(e, self.expr)
+        if isinstance(e, Binary):
+            return self._binary(e)
+        if isinstance(e, Unary) and e.op == "not" and isinstance(e.a, IntImm):
+            return IntImm(1 - e.a.value, "bool")
+        if isinstance(e, Select) and isinstance(e.cond, IntImm):
+            return e.true_value if e.cond.value else e.false_value
+        if isinstance(e, Cast) and isinstance(e.value, IntImm) and _is_int(e.dtype):
+            return IntImm(e.value.value, e.dtype)
+        return e
+
+    def _binary(self, e):
+        op = e.op
+        if op in ("and", "or"):
+            for side, other in ((e.a, e.b), (e.b, e.a)):
+                if isinstance(side, IntImm):
+                    if op == "and":
+                        return other if side.value else IntImm(0, "bool")
+                    return IntImm(1, "bool") if side.value else other
+            return e
+        if op in L.COMPARE_OPS and _is_int(e.a.dtype):
+            diff = self.linear(e.a - e.b) if True else None
+            b = self.form_bounds(diff) if diff is not None else None
+            if b is not None:
+                lo, hi = b
+                decided = {"<": (hi < 0, lo >= 0), "<=": (hi <= 0, lo > 0),
+                           ">": (lo > 0, hi <= 0), ">=": (lo >= 0, hi < 0),
+                           "==": (lo == hi == 0, lo > 0 or hi < 0),
+                           "!=": (lo > 0 or hi < 0, lo == hi == 0)}[op]
+                if decided[0]:
+                    return IntImm(1, "bool")
+                if decided[1]:
+                    return IntImm(0, "bool")
+            return e
+        if not _is_int(e.dtype):
+            return e
+        if op in ("min", "max"):
+            a, b = self.bounds(e.a), self.bounds(e.b)
+            if a is not None and b is not None:
+                if a[1] <= b[0]:
+                    return e.a if op == "min" else e.b
+                if b[1] <= a[0]:
+                    return e.b if op == "min" else e.a
+            return e
+        if op in ("//", "%") and isinstance(e.b, IntImm) and e.b.value > 0:
+            c = e.b.value
+            form = self.linear(e.a)
+            terms, const = form
+            quotient = {k: [n, co // c] for k, (n, co) in terms.items() if co % c == 0}
+            rest = ({k: [n, co] for k, (n, co) in terms.items() if co % c}, const)
+            rb = self.form_bounds(rest)
+            if rb is not None and rb[0] // c == rb[1] // c:
+                k = rb[0] // c
+                if op == "//":
+                    return self.rebuild((quotient, k), e.dtype)
+                return self.rebuild((rest[0], const - k * c), e.dtype)
+            if op == "%" and quotient and rb is None:
+                return e
+            if quotient and op == "%":
+                # (q*c + r) % c == r % c
+                return Binary("%", self.rebuild(rest, e.dtype), e.b, e.dtype)
+            return e
+        if op in ("+", "-", "*"):
+            form = self.linear(e)
+            if form is not None:
+                return self.rebuild(form, e.dtype)
+        return e
+
+    # ------------------------------------------------------------------ statements
+    def stmt(self, s):
+        stack_result = None
+        if isinstance(s, For):
+            begin, extent = self.expr(s.begin), self.expr(s.extent)
+            if isinstance(begin, IntImm) and isinstance(extent, IntImm):
+                if extent.value == 1:
+                    body = L.substitute(s.body, {s.var: begin})
+                    self.memo.clear()
+                    return self.stmt(body)
+                saved = self.ranges.get(s.var)
+                self.ranges[s.var] = (begin.value, begin.value + extent.value - 1)
+                self.memo.clear()
+                body = self.stmt(s.body)
+                if saved is None:
+                    self.ranges.pop(s.var, None)
+                else:
+                    self.ranges[s.var] = saved
+                self.memo.clear()
+            else:
+                body = self.stmt(s.body)
+            return For(s.var, begin, extent, s.kind, body)
+        if isinstance(s, IfThenElse):
+            cond = self.expr(s.cond)
+            if isinstance(cond, IntImm):
+                if cond.value:
+                    return self.stmt(s.then_case)
+                return self.stmt(s.else_case) if s.else_case is not None else SeqStmt(())
+            return IfThenElse(cond, self.stmt(s.then_case),
+                              self.stmt(s.else_case) if s.else_case is not None else None)
+        if isinstance(s, SeqStmt):
+            parts = [self.stmt(x) for x in s.stmts]
+            return L.seq(*[p for p in parts if not (isinstance(p, SeqStmt) and not p.stmts)])
+        if isinstance(s, LetStmt):
+            value = self.expr(s.value)
+            b = self.bounds(value) if _is_int(value.dtype) else None
+            if b is not None:
+                self.ranges[s.var] = b
+            body = self.stmt(s.body)
+            self.ranges.pop(s.var, None)
+            self.memo.clear()
+            return LetStmt(s.var, value, body)
+        if isinstance(s, Allocate):
+            return Allocate(s.buffer, self.stmt(s.body))
+        return stack_result if stack_result is not None else L.map_children(s, self.expr)
+
+
+def simplify(expr: Expr, ranges: dict | None = None) -> Expr:
+    """``expr`` simplified, ``ranges`` giving each variable's inclusive ``(low, high)``."""
+    return _Simplifier(ranges or {}).expr(L.convert(expr))
+
+
+def bounds(expr: Expr, ranges: dict | None = None):
+    """The inclusive ``(low, high)`` of an integer expression over ``ranges``, or None."""
+    return _Simplifier(ranges or {}).bounds(L.convert(expr))
+
+
+def simplify_stmt(stmt, ranges: dict | None = None):
+    """``stmt`` with its expressions simplified (see the module)."""
+    return _Simplifier(ranges or {}).stmt(stmt)
+
+
+def simplify_func(func: PrimFunc) -> PrimFunc:
+    """``func`` with its body simplified."""
+    return PrimFunc(func.name, func.params, simplify_stmt(func.body))

@@ -1,0 +1,236 @@
+"""Lowering fused groups with the x86 strategy: each rule's loop structure, and the compiled
+kernel's result against the reference interpreter running the same group (or numpy)."""
+
+import numpy as np
+import pytest
+
+import relaybench as rb
+from relaybench import op
+from relaybench.backends.lowering import anchor_flops, lower_primitive
+from relaybench.backends.target import Target
+from relaybench.errors import CompileError
+from relaybench.ir.expr import Call, Function
+from relaybench.ir.functor import post_order
+from relaybench.passes.bind_params import bind_params
+
+pytest.importorskip("llvmlite")
+from relaybench.backends.llvm import build_kernel  # noqa: E402
+
+
+def _groups(mod, params=None, opt_level=3):
+    if params:
+        mod = bind_params(mod, params)
+    fused = rb.passes.optimize(mod, opt_level=opt_level)
+    found, seen = [], set()
+    for node in post_order(fused["main"].body):
+        if isinstance(node, Call) and isinstance(node.op, Function) and node.op not in seen:
+            seen.add(node.op)
+            found.append(node.op)
+    return found
+
+
+def _group_with(groups, op_name):
+    for g in groups:
+        names = [n.op.name for n in post_order(g.body) if isinstance(n, Call)
+                 and hasattr(n.op, "name")]
+        if op_name in names:
+            return g
+    raise AssertionError(f"no group with {op_name}")
+
+
+def _run_both(group, seed=0):
+    lowered = lower_primitive(group)
+    kernel = build_kernel(lowered.prim_func)
+    rng = np.random.default_rng(seed)
+    inputs = [rng.standard_normal([int(d) for d in t.shape]).astype(t.dtype)
+              for t in lowered.input_types]
+    outputs = [np.empty([int(d) for d in t.shape], t.dtype) for t in lowered.output_types]
+    kernel(*inputs, *lowered.constants, *outputs)
+    mod = rb.IRModule.from_expr(Function(group.params, group.body))
+    ref = rb.create_executor("interpreter", mod=mod).evaluate()(*inputs)
+    refs = list(ref) if isinstance(ref, (list, tuple)) else [ref]
+    for got, want in zip(outputs, refs):
+        want = np.asarray(want)
+        scale = max(1.0, float(np.abs(want).max()))
+        assert np.abs(got - want).max() <= 2e-5 * scale
+    return lowered, kernel
+
+
+def _conv_block(channels_in=16, channels_out=32, size=10, groups=1, bias=True, stride=1):
+    rng = np.random.default_rng(1)
+    x = rb.var("data", shape=(1, channels_in, size, size))
+    w = rb.var("w", shape=(channels_out, channels_in // groups, 3, 3))
+    y = op.nn.conv2d(x, w, padding=(1, 1), strides=(stride, stride), groups=groups,
+                     channels=channels_out, kernel_size=(3, 3))
+    params = {"w": rng.standard_normal((channels_out, channels_in // groups, 3, 3))
+              .astype("float32")}
+    args = [x, w]
+    if bias:
+        b = rb.var("b", shape=(channels_out,))
+        y = op.nn.relu(op.nn.bias_add(y, b))
+        params["b"] = rng.standard_normal(channels_out).astype("float32")
+        args.append(b)
+    return rb.IRModule.from_expr(rb.Function(args, y)), params
+
+
+def test_conv2d_nchwc_register_tile():
+    mod, params = _conv_block()
+    group = _group_with(_groups(mod, params), "nn.conv2d")
+    lowered, kernel = _run_both(group)
+    assert lowered.rule == "conv2d_NCHWc" and lowered.anchor == "nn.conv2d"
+    text = lowered.source()
+    # the accumulator tile (10 columns x 16 lanes) lives inside the row loop, filled by the
+    # unrolled width tile with the lanes vectorized; the padded rows are computed per row
+    assert "allocate((1, 1, 1, 10, 16)" in text
+    assert "unrolled(10)" in text and "vectorized(16)" in text and "parallel(" in text
+    assert "pad = allocate((1, 1, 3, 12, 16)" in text
+    assert lowered.flops == 2 * 32 * 10 * 10 * 16 * 9
+    assert "zmm" in kernel.source("asm") or "ymm" in kernel.source("asm")
+
+
+def test_conv2d_without_epilogue_uses_a_cache_stage():
+    mod, params = _conv_block(bias=False, stride=2)
+    group = _group_with(_groups(mod, params), "nn.conv2d")
+    lowered, _ = _run_both(group)
+    assert lowered.rule == "conv2d_NCHWc"
+    assert "_local = allocate(" in lowered.source()
+
+
+def test_depthwise_conv2d_nchwc():
+    mod, params = _conv_block(channels_in=32, channels_out=32, groups=32)
+    group = _group_with(_groups(mod, params), "nn.conv2d")
+    lowered, _ = _run_both(group)
+    assert lowered.rule == "depthwise_conv2d_NCHWc"
+    assert "depthwise_conv2d_NCHWc = allocate((1, 1, 1, 10, 16)" in lowered.source()
+
+
+def test_conv2d_nchw_at_opt_level_0():
+    mod, params = _conv_block(channels_in=3, channels_out=4, size=6)
+    group = _group_with(_groups(mod, params, opt_level=0), "nn.conv2d")
+    lowered, _ = _run_both(group)
+    assert lowered.rule == "conv2d_NCHW"
+    # 4 output channels x 6 columns (in vector lanes) accumulated per row
+    assert "conv2d_local = allocate((1, 4, 1, 6)" in lowered.source()
+    for kw in [dict(channels_in=32, channels_out=32, size=10, groups=32, stride=2, bias=False),
+               dict(channels_in=8, channels_out=12, size=7, bias=False)]:
+        mod, params = _conv_block(**kw)
+        lowered, _ = _run_both(_group_with(_groups(mod, params, opt_level=0), "nn.conv2d"))
+        assert lowered.rule == "conv2d_NCHW"
+
+
+def test_dense_partial_sums_against_numpy():
+    rng = np.random.default_rng(2)
+    x = rb.var("x", shape=(2, 64))
+    w = rb.var("w", shape=(24, 64))
+    b = rb.var("b", shape=(24,))
+    mod = rb.IRModule.from_expr(rb.Function([x, w, b], op.nn.bias_add(op.nn.dense(x, w), b)))
+    wv = rng.standard_normal((24, 64)).astype("float32")
+    bv = rng.standard_normal(24).astype("float32")
+    group = _group_with(_groups(mod, {"w": wv, "b": bv}), "nn.dense")
+    lowered = lower_primitive(group)
+    assert lowered.rule == "dense"
+    assert "dense_partial = allocate((1, 1, 16)" in lowered.source()
+    kernel = build_kernel(lowered.prim_func)
+    xv = rng.standard_normal((2, 64)).astype("float32")
+    out = np.empty((2, 24), "float32")
+    # the weights and bias are constants of main, passed as the group's parameters
+    named = {tuple(t.shape): v for t, v in zip(lowered.input_types[1:], [wv, bv])}
+    args = [xv] + [named[tuple(t.shape)] for t in lowered.input_types[1:]] + list(
+        lowered.constants)
+    kernel(*args, out)
+    np.testing.assert_allclose(out, xv @ wv.T + bv, rtol=1e-5, atol=1e-5)
+
+
+def test_max_pool_accumulates_in_registers():
+    x = rb.var("x", shape=(1, 2, 9, 9, 16))
+    y = op.nn.max_pool2d(x, pool_size=(3, 3), strides=(2, 2), padding=(1, 1), layout="NCHW16c")
+    group = _groups(rb.IRModule.from_expr(rb.Function([x], y)))[0]
+    lowered, _ = _run_both(group)
+    assert lowered.rule == "reduce_tiled"
+    assert "max_pool2d_local = allocate((1, 1, 1, 1, 16)" in lowered.source()
+
+
+def test_softmax_and_mean():
+    x = rb.var("x", shape=(3, 40))
+    mod = rb.IRModule.from_expr(rb.Function([x], op.nn.softmax(x)))
+    lowered, _ = _run_both(_groups(mod)[0])
+    assert lowered.rule == "reduce"
+    mod = rb.IRModule.from_expr(rb.Function([x], op.mean(x, axis=1)))
+    _run_both(_groups(mod)[0])
+
+
+def test_injective_group_is_flattened_and_vectorized():
+    x = rb.var("x", shape=(4, 64, 128))
+    y = op.nn.relu(op.transpose(x, axes=(0, 2, 1)) * rb.const(3.0))
+    lowered, _ = _run_both(_groups(rb.IRModule.from_expr(rb.Function([x], y)))[0])
+    assert lowered.rule == "injective"
+    assert "vectorized(16)" in lowered.source() and "parallel(" in lowered.source()
+
+
+def test_tuple_results_constants_and_passthrough():
+    x = rb.var("x", shape=(4, 6))
+    parts = op.split(x + rb.const(np.arange(6, dtype="float32")), indices_or_sections=2, axis=1)
+    mod = rb.IRModule.from_expr(rb.Function([x], rb.Tuple([parts[0], parts[1]])))
+    for group in _groups(mod, opt_level=2):
+        lowered, _ = _run_both(group)
+    # a group that returns its parameter unchanged writes a copy
+    y = rb.var("y", shape=(3,))
+    f = Function([y], y, attrs={"Primitive": 1})
+    with pytest.raises(CompileError, match="not type-checked"):
+        lower_primitive(f)
+    f = rb.passes.InferType()(rb.IRModule.from_expr(f))["main"]
+    lowered = lower_primitive(f)
+    kernel = build_kernel(lowered.prim_func)
+    out = np.empty(3, "float32")
+    kernel(np.array([1, 2, 3], "float32"), out)
+    assert out.tolist() == [1.0, 2.0, 3.0]
+
+
+def test_outputs_of_the_same_op_get_distinct_buffers():
+    x = rb.var("x", shape=(2, 3))
+    f = Function([x], rb.Tuple([op.nn.relu(x), op.nn.relu(x * rb.const(-1.0))]),
+                 attrs={"Primitive": 1})
+    f = rb.passes.InferType()(rb.IRModule.from_expr(f))["main"]
+    lowered, _ = _run_both(f)
+    assert [b.name for b in lowered.prim_func.params] == ["p0", "relu", "relu_1"]
+
+
+def test_group_names_follow_tvm():
+    mod, params = _conv_block()
+    names = [lower_primitive(g).name for g in _groups(mod, params)]
+    assert "fused_nn_conv2d_add_nn_relu" in names
+
+
+def test_errors_name_the_place():
+    n = rb.ir.SymVar("n") if hasattr(rb.ir, "SymVar") else None
+    if n is not None:
+        x = rb.var("x", shape=(n, 4))
+        mod = rb.passes.InferType()(rb.IRModule.from_expr(rb.Function([x], op.nn.relu(x))))
+        with pytest.raises(CompileError, match="not static"):
+            lower_primitive(mod["main"])
+    from relaybench.op.registry import get_opdef, list_ops
+    missing = [name for name in list_ops() if get_opdef(name).compute is None
+               and name in ("shape_of", "arange", "nn.dropout")]
+    if missing and missing[0] == "shape_of":
+        x = rb.var("x", shape=(2, 3))
+        mod = rb.passes.InferType()(rb.IRModule.from_expr(rb.Function([x], op.shape_of(x))))
+        with pytest.raises(CompileError, match="shape_of has no compute"):
+            lower_primitive(mod["main"])
+
+
+def test_anchor_flops_formula():
+    mod, params = _conv_block(channels_in=8, channels_out=16, size=6, stride=2)
+    fused = rb.passes.optimize(bind_params(mod, params), opt_level=0)
+    conv = next(n for n in post_order(fused["main"]) if isinstance(n, Call)
+                and getattr(n.op, "name", "") == "nn.conv2d")
+    # 16 output channels x 3 x 3 outputs, each 8 x 3 x 3 multiply-adds
+    assert anchor_flops(conv) == 2 * 16 * 3 * 3 * 8 * 9
+
+
+def test_target_parse():
+    assert Target.parse(None).kind == "llvm"
+    assert Target.parse("llvm -num-threads=1").num_threads == 1
+    with pytest.raises(CompileError, match="num-threads"):
+        Target.parse("llvm -num-threads=x")
+    with pytest.raises(CompileError, match="-key=value"):
+        Target.parse("llvm mcpu")

@@ -1,0 +1,125 @@
+"""The index simplifier: every rewrite keeps the value of the expression at every point of the
+variables' ranges (checked exhaustively with a small evaluator written here), and the rewrites
+that matter for blocked layouts happen."""
+
+import itertools
+import operator
+
+import numpy as np
+import pytest
+
+from relaybench import te
+from relaybench.te import loop_ir as L
+from relaybench.te.simplify import bounds, simplify, simplify_func
+
+_OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "//": operator.floordiv,
+        "%": operator.mod, "min": min, "max": max, "<": operator.lt, "<=": operator.le,
+        ">": operator.gt, ">=": operator.ge, "==": operator.eq, "!=": operator.ne,
+        "and": lambda a, b: bool(a) and bool(b), "or": lambda a, b: bool(a) or bool(b)}
+
+
+def _value(e, env):
+    if isinstance(e, L.IntImm):
+        return e.value
+    if isinstance(e, L.Var):
+        return env[e]
+    if isinstance(e, L.Binary):
+        return _OPS[e.op](_value(e.a, env), _value(e.b, env))
+    if isinstance(e, L.Unary) and e.op == "not":
+        return not _value(e.a, env)
+    if isinstance(e, L.Select):
+        return _value(e.true_value if _value(e.cond, env) else e.false_value, env)
+    raise TypeError(type(e))
+
+
+def _same_everywhere(expr, ranges):
+    out = simplify(expr, ranges)
+    variables = list(ranges)
+    for point in itertools.product(*[range(lo, hi + 1) for lo, hi in ranges.values()]):
+        env = dict(zip(variables, point))
+        assert int(_value(out, env)) == int(_value(expr, env)), (str(expr), str(out), point)
+    return out
+
+
+co, ci, x, y = L.Var("co"), L.Var("ci"), L.Var("x"), L.Var("y")
+
+
+def test_block_division_and_modulo_become_affine():
+    ranges = {co: (0, 3), ci: (0, 15)}
+    assert str(_same_everywhere((co * 16 + ci) // 16, ranges)) == "co"
+    assert str(_same_everywhere((co * 16 + ci) % 16, ranges)) == "ci"
+    assert str(_same_everywhere((co * 32 + ci + 16) // 16, ranges)) == "co * 2 + 1"
+
+
+def test_offsets_that_cross_a_block_are_left_alone_but_stay_correct():
+    ranges = {x: (0, 13), y: (0, 2)}
+    out = _same_everywhere((x + y) // 16, ranges)
+    assert str(out) == "0"  # x + y <= 15
+    out = _same_everywhere((x * 2 + y) // 7, ranges)
+    assert "//" in str(out)
+
+
+def test_guards_decided_by_the_ranges_disappear():
+    ranges = {x: (0, 13), y: (0, 2)}
+    always = L.logical_and(x + y >= 0, x < 14)
+    assert str(_same_everywhere(always, ranges)) == "True"
+    sometimes = L.logical_and(x + y - 1 >= 0, x + y - 1 < 14)
+    kept = _same_everywhere(sometimes, ranges)
+    assert "x + y" in str(kept) and str(kept) != "True"
+    assert str(_same_everywhere(L.max_expr(x + 1, 0), ranges)) == "x + 1"
+    assert str(_same_everywhere(L.min_expr(x, 13), ranges)) == "x"
+
+
+def test_like_terms_collect():
+    ranges = {x: (0, 5), y: (0, 5)}
+    assert str(_same_everywhere(x * 3 + y - x * 2 - y + 4 - 4, ranges)) == "x"
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_random_index_expressions_keep_their_values(seed):
+    rng = np.random.default_rng(seed)
+    ranges = {x: (0, int(rng.integers(1, 9))), y: (0, int(rng.integers(1, 9)))}
+    leaves = [x, y, L.const(int(rng.integers(-3, 9)))]
+    expr = leaves[int(rng.integers(0, 2))]
+    for _ in range(int(rng.integers(2, 6))):
+        op = ["+", "-", "*", "//", "%", "min", "max"][int(rng.integers(0, 7))]
+        other = leaves[int(rng.integers(0, 3))]
+        if op in ("//", "%"):
+            other = L.const(int(rng.integers(1, 9)))
+        elif op == "*":
+            other = L.const(int(rng.integers(-3, 5)))
+        expr = L._binary(op, expr, other)
+    _same_everywhere(expr, ranges)
+
+
+def test_bounds():
+    assert bounds(x * 2 - y, {x: (0, 3), y: (1, 2)}) == (-2, 5)
+    assert bounds((x * 5) % 4, {x: (0, 9)}) == (0, 3)
+    assert bounds(x, {}) is None
+
+
+def test_simplify_func_keeps_the_kernel_result():
+    A = te.placeholder((4, 64), name="A")
+    B = te.compute((4, 4, 16), lambda i, j, k: A[i, j * 16 + k] * 2.0, name="B")
+    C = te.compute((4, 64), lambda i, j: B[i, j // 16, j % 16] + 1.0, name="C")
+    s = te.create_schedule(C)
+    jo, ji = s[C].split(C.op.axis[1], 16)
+    s[C].vectorize(ji)
+    func = te.lower(s, [A], name="blocked")
+    simple = simplify_func(func)
+    assert "//" in str(func) and "//" not in str(simple)
+    a = np.random.default_rng(0).standard_normal((4, 64)).astype("float32")
+    c = np.empty_like(a)
+    te.evaluate(simple, a, c)
+    np.testing.assert_allclose(c, a * 2 + 1, rtol=1e-6)
+
+
+def test_unit_loops_are_removed():
+    A = te.placeholder((1, 8), name="A")
+    B = te.compute((1, 8), lambda i, j: A[i, j] + 1.0, name="B")
+    simple = simplify_func(te.lower([B], [A], name="unit"))
+    assert "serial(1)" not in str(simple)
+    a = np.arange(8, dtype="float32").reshape(1, 8)
+    b = np.empty_like(a)
+    te.evaluate(simple, a, b)
+    np.testing.assert_array_equal(b, a + 1)
