@@ -22,9 +22,9 @@ The PrimFunc's parameters are, in order: one buffer per tensor of the function's
 ('fused_multiply_nn_relu', 'BROADCAST', ['multiply', 'nn.relu'])
 >>> print(lowered.prim_func)
 def fused_multiply_nn_relu(p0: Buffer((2, 16), "float32"), relu: Buffer((2, 16), "float32")):
-    for i0_i1_outer_fused in serial(2):
+    for i0 in serial(2):
         for i1_inner in vectorized(16):
-            relu[i0_i1_outer_fused, i1_inner] = max(p0[i0_i1_outer_fused, i1_inner] * 2.0, 0.0)
+            relu[i0, i1_inner] = max(p0[i0, i1_inner] * 2.0, 0.0)
 """
 
 from __future__ import annotations

@@ -275,17 +275,18 @@ class _Lowering:
         for d, axis in enumerate(op.axis):
             forms = []
             for load in loads:
-                form = _linear(load.indices[d])
+                form = _linear(load.indices[d], fixed)
                 if form is None:
                     raise CompileError(f"{where}: index {load.indices[d]} of {op.name} is not "
                                        "affine in the loop variables")
                 forms.append(form)
-            outer_forms = [{v: c for v, c in coefs.items() if v in fixed} for coefs, _ in forms]
+            outer_forms = [{v: c for v, c in coefs.items() if _is_fixed(v, fixed)}
+                           for coefs, _ in forms]
             if any(f != outer_forms[0] for f in outer_forms[1:]):
                 raise CompileError(f"{where}: reads of {op.name} along axis {d} move "
                                    "differently with the outer loops")
-            inner_spans = [_span({v: c for v, c in coefs.items() if v not in fixed}, const)
-                           for coefs, const in forms]
+            inner_spans = [_span({v: c for v, c in coefs.items() if not _is_fixed(v, fixed)},
+                                 const) for coefs, const in forms]
             whole_spans = [_span(coefs, const) for coefs, const in forms]
             low = min(lo for lo, _ in inner_spans)
             high = max(hi for _, hi in inner_spans)
@@ -342,7 +343,7 @@ class _Lowering:
             coefs, low = starts[d]
             start = loop_ir.const(low)
             for v, c in coefs.items():
-                start = v * c + start
+                start = (v.expr if isinstance(v, _Opaque) else v) * c + start
             roots[axis] = start + values[axis]
             local_index.append(values[axis])
             below, above = global_guards[d]
@@ -402,10 +403,10 @@ class _RegionRewriter:
                 region = self.regions[out.buffer]
                 indices = []
                 for index, (_, low) in zip(out.indices, region.starts):
-                    coefs, const = _linear(index)
+                    coefs, const = _linear(index, region.fixed)
                     local = None
                     for v, c in coefs.items():
-                        if v not in region.fixed:
+                        if not _is_fixed(v, region.fixed):
                             term = v if c == 1 else v * c
                             local = term if local is None else local + term
                     offset = loop_ir.const(const - low)
@@ -432,19 +433,62 @@ def _loads_of(expr, buffer) -> list:
     return found
 
 
-def _linear(expr):
-    """``expr`` as ``({var: coefficient}, constant)`` when it is affine with integer constants."""
+class _Opaque:
+    """A term of an index that only the fixed (outer) loops move, in any form (``f % 14`` of a
+    fused parallel loop): one coefficient-1 term of the affine form, with its bounds."""
+
+    def __init__(self, expr, bounds):
+        self.expr = expr
+        self.key = loop_ir.to_text(expr)
+        self.bounds = bounds
+
+    def __hash__(self):
+        return hash(self.key)
+
+    def __eq__(self, other):
+        return isinstance(other, _Opaque) and other.key == self.key
+
+
+def _is_fixed(v, fixed) -> bool:
+    return isinstance(v, _Opaque) or v in fixed
+
+
+def _free_vars(expr) -> set:
+    found, stack = set(), [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Var):
+            found.add(node)
+        map_children(node, lambda c: stack.append(c) or c)
+    return found
+
+
+def _opaque(expr, fixed):
+    """``expr`` as one opaque term when every variable in it is a fixed loop, else None."""
+    if not fixed:
+        return None
+    variables = _free_vars(expr)
+    if not variables or not all(v in fixed and isinstance(v, IterVar) for v in variables):
+        return None
+    from relaybench.te.simplify import bounds
+    b = bounds(expr, {v: (0, v.extent - 1) for v in variables})
+    return None if b is None else ({_Opaque(expr, b): 1}, 0)
+
+
+def _linear(expr, fixed=frozenset()):
+    """``expr`` as ``({var: coefficient}, constant)`` when it is affine with integer constants;
+    a part that only ``fixed`` loops move may take any form (an :class:`_Opaque` term)."""
     if isinstance(expr, IntImm):
         return {}, expr.value
     if isinstance(expr, Var):
         return {expr: 1}, 0
     if isinstance(expr, Binary) and expr.op in ("+", "-", "*"):
-        a, b = _linear(expr.a), _linear(expr.b)
+        a, b = _linear(expr.a, fixed), _linear(expr.b, fixed)
         if a is None or b is None:
-            return None
+            return _opaque(expr, fixed)
         if expr.op == "*":
             if a[0] and b[0]:
-                return None
+                return _opaque(expr, fixed)
             coefs, c0 = (a if a[0] else b)
             factor = b[1] if a[0] else a[1]
             return {v: c * factor for v, c in coefs.items()}, c0 * factor
@@ -453,14 +497,14 @@ def _linear(expr):
         for v, c in b[0].items():
             coefs[v] = coefs.get(v, 0) + sign * c
         return {v: c for v, c in coefs.items() if c}, a[1] + sign * b[1]
-    return None
+    return _opaque(expr, fixed)
 
 
 def _span(coefs: dict, const: int) -> tuple:
     """The least and greatest value of ``const + sum(c * v)`` with each ``v`` in its range."""
     low = high = const
     for v, c in coefs.items():
-        reach = c * (v.extent - 1)
-        low += min(0, reach)
-        high += max(0, reach)
+        lo, hi = v.bounds if isinstance(v, _Opaque) else (0, v.extent - 1)
+        low += min(c * lo, c * hi)
+        high += max(c * lo, c * hi)
     return low, high

@@ -80,10 +80,14 @@ def test_conv2d_nchwc_register_tile():
     assert lowered.rule == "conv2d_NCHWc" and lowered.anchor == "nn.conv2d"
     text = lowered.source()
     # the accumulator tile (10 columns x 16 lanes) lives inside the row loop, filled by the
-    # unrolled width tile with the lanes vectorized; the padded rows are computed per row
+    # unrolled width tile with the lanes vectorized; the padded input is computed first
     assert "allocate((1, 1, 1, 10, 16)" in text
     assert "unrolled(10)" in text and "vectorized(16)" in text and "parallel(" in text
-    assert "pad = allocate((1, 1, 3, 12, 16)" in text
+    assert text.index("pad = allocate((1, 1, 12, 12, 16)") < text.index("conv2d_NCHWc = allocate")
+    # rows of 5 columns take two output-channel blocks per tile
+    mod, params = _conv_block(channels_in=16, channels_out=64, size=5)
+    narrow, _ = _run_both(_group_with(_groups(mod, params), "nn.conv2d"))
+    assert "allocate((1, 2, 1, 5, 16)" in narrow.source()
     assert lowered.flops == 2 * 32 * 10 * 10 * 16 * 9
     assert "zmm" in kernel.source("asm") or "ymm" in kernel.source("asm")
 

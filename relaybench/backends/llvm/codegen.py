@@ -18,7 +18,9 @@ How each construct is lowered:
   constant of at most 16, else marked with ``llvm.loop.unroll.enable``; ``parallel`` as the
   outermost statement makes the function take ``int64 begin, int64 end`` and run only that range
   (the runtime's convention), and the kernel is called on every core through the runtime's
-  thread pool (``RB_NUM_THREADS``). Parallel loops further in run serially.
+  thread pools (``RB_NUM_THREADS``); a companion ``<name>_entry(i64 *args, i64 begin, i64 end)``
+  takes the pointers from an array, the one shape the spinning pool calls. Parallel loops further
+  in run serially.
 * ``vectorized`` loops with a constant begin and a constant extent from 2 to 64 become vector
   code, one lane per iteration, with no loop left: an expression that depends on the loop
   variable is an LLVM ``<extent x T>`` value, any other a scalar computed once and broadcast
@@ -1002,6 +1004,22 @@ def _parallel_extent(func, loop) -> int:
     return int(loop.extent.value)
 
 
+def _entry_trampoline(module, fn) -> None:
+    """``<fn>_entry(i64 *args, i64 begin, i64 end)``: ``fn`` called with ``args[k]`` as its
+    ``k``-th pointer, the one shape every parallel kernel has for the spinning thread pool
+    (:mod:`.spinpool`)."""
+    ir = _ir()
+    i64 = ir.IntType(64)
+    entry = ir.Function(module, ir.FunctionType(ir.VoidType(), [ir.PointerType(i64), i64, i64]),
+                        fn.name + "_entry")
+    args, begin, end = entry.args
+    b = ir.IRBuilder(entry.append_basic_block("entry"))
+    pointers = [b.inttoptr(b.load(b.gep(args, [ir.Constant(i64, k)])), arg.type)
+                for k, arg in enumerate(fn.args[:-2])]
+    b.call(fn, pointers + [begin, end])
+    b.ret_void()
+
+
 def build_kernel(func: L.PrimFunc, parallel: bool = True, *,
                  num_threads: int | None = None, cache: bool = True) -> CompiledKernel:
     """Compile ``func`` for the host CPU.
@@ -1031,6 +1049,8 @@ def build_kernel(func: L.PrimFunc, parallel: bool = True, *,
     try:
         for builder in builders:
             builder.build()
+            if builder.parallel_loop is not None:
+                _entry_trampoline(module, builder.fn)
     except (TypeError, ValueError, AttributeError) as err:  # llvmlite rejects a construct
         raise CompileError(f"kernel {func.name}: LLVM code generation failed: {err}") from err
     shape = "phases" if phases is not None else (
@@ -1048,10 +1068,13 @@ def build_kernel(func: L.PrimFunc, parallel: bool = True, *,
         argtypes = [ctypes.c_void_p] * (len(func.params) + len(temporaries))
         if extent is not None:
             argtypes += [ctypes.c_int64, ctypes.c_int64]
-        runs.append(Phase(builder.fn.name, compiled.function(builder.fn.name, argtypes), extent))
+        entry = compiled.address(builder.fn.name + "_entry") if extent is not None else None
+        runs.append(Phase(builder.fn.name, compiled.function(builder.fn.name, argtypes), extent,
+                          entry))
     if phases is None:
         kernel = Kernel(func.name, runs[0].function, specs,
-                        parallel_extent=runs[0].parallel_extent, num_threads=num_threads)
+                        parallel_extent=runs[0].parallel_extent, num_threads=num_threads,
+                        entry=runs[0].entry)
     else:
         kernel = PhasedKernel(func.name, runs, specs,
                               [(b.name, b.shape, b.dtype) for b in temporaries],

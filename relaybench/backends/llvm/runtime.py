@@ -17,7 +17,10 @@ A :class:`PhasedKernel` runs several compiled functions (phases) one after the o
 arguments plus temporaries it owns (one 64-byte aligned array each, made once); each parallel
 phase is spread over the threads like a :class:`Kernel`. ``bind(*arrays)`` on either checks the
 arrays once and returns a function of no arguments that runs the kernel on them: the way to call
-a kernel many times on fixed buffers with the least overhead.
+a kernel many times on fixed buffers with the least overhead. A bound parallel kernel hands its
+ranges to the spinning pool of :mod:`.spinpool` (workers waiting in machine code, so a range
+reaches its thread in well under a microsecond) through the entry point the code generator
+emits next to each parallel function; direct calls use the :class:`WorkerPool`.
 
 >>> split_range(10, 3)
 [(0, 4), (4, 7), (7, 10)]
@@ -265,10 +268,11 @@ def parallel_for(body: Callable[[int, int], object], extent: int,
 
 
 def _launcher(function, values: tuple, parallel_extent: int | None, threads: int,
-              keep=()) -> Callable[[], None]:
+              keep=(), entry: int | None = None) -> Callable[[], None]:
     """A function of no arguments that calls ``function`` on ``values`` (over
     ``[0, parallel_extent)`` across ``threads`` threads when it is given); it holds on to
-    ``keep`` (the arrays whose pointers are in ``values``)."""
+    ``keep`` (the arrays whose pointers are in ``values``). With ``entry``, the address of the
+    kernel's uniform entry point, the ranges go to the spinning pool (:mod:`.spinpool`)."""
     if parallel_extent is None:
         return lambda keep=keep: function(*values)
     ranges = split_range(parallel_extent, threads)
@@ -276,6 +280,15 @@ def _launcher(function, values: tuple, parallel_extent: int | None, threads: int
         return lambda keep=keep: None
     if len(ranges) == 1:
         return lambda keep=keep: function(*values, 0, parallel_extent)
+    if entry is not None and all(isinstance(v, int) for v in values):
+        from .spinpool import spin_pool
+        spinning = spin_pool(threads)
+        pointers = np.array(values, dtype=np.int64)
+        address = pointers.ctypes.data
+
+        def launch_spinning(keep=(keep, pointers)):
+            spinning.run(entry, address, ranges)
+        return launch_spinning
 
     pool = thread_pool(threads)
 
@@ -312,9 +325,11 @@ class Kernel:
     """
 
     def __init__(self, name: str, function, arg_specs: Sequence[TensorSpec | ScalarSpec], *,
-                 parallel_extent: int | None = None, num_threads: int | None = None):
+                 parallel_extent: int | None = None, num_threads: int | None = None,
+                 entry: int | None = None):
         self.name = name
         self.function = function
+        self.entry = entry
         self.arg_specs = tuple(arg_specs)
         self.parallel_extent = parallel_extent
         self.num_threads = num_threads
@@ -355,7 +370,8 @@ class Kernel:
         values = tuple(self.check(args))
         threads = _resolve_threads(num_threads if num_threads is not None else self.num_threads,
                                    self.name)
-        return _launcher(self.function, values, self.parallel_extent, threads, keep=args)
+        return _launcher(self.function, values, self.parallel_extent, threads, keep=args,
+                         entry=self.entry)
 
     def __repr__(self) -> str:
         specs = ", ".join(f"{s.name}: {s.expected}" for s in self.arg_specs)
@@ -372,6 +388,7 @@ class Phase:
     name: str
     function: object
     parallel_extent: int | None = None
+    entry: int | None = None
 
 
 class PhasedKernel:
@@ -410,7 +427,8 @@ class PhasedKernel:
         values = tuple(self.check(args)) + self._temporary_pointers
         threads = _resolve_threads(num_threads if num_threads is not None else self.num_threads,
                                    self.name)
-        launches = tuple(_launcher(phase.function, values, phase.parallel_extent, threads)
+        launches = tuple(_launcher(phase.function, values, phase.parallel_extent, threads,
+                                   entry=phase.entry)
                          for phase in self.phases)
 
         def run_phases(keep=(args, self.temporaries)):

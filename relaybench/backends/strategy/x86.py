@@ -3,30 +3,38 @@
 Rules, by the group's anchor (the call with the highest pattern kind):
 
 ``conv2d_NCHWc``
-    ``nn.conv2d`` with data in ``NCHW{x}c`` and weights in ``OIHW{i}i{o}o`` (what AlterOpLayout
-    makes), ``groups=1``. The compute splits the input channels into block and lane (two reduce
-    axes, as TVM's ``conv2d_NCHWc``); the padded input is its own stage computed first, in
-    parallel; the output is computed per (output-channel block, row) in parallel, in tiles of
-    ``ow_tile`` output columns: the convolution is accumulated in a register tile of
-    ``ow_tile x {o}`` values (``compute_at`` the tile, reduce loops outside, the width tile unrolled
-    and the output-channel block vectorized innermost), then the fused epilogue (bias, residual,
-    relu...) is applied as the tile is stored.
+    ``nn.conv2d`` with data in ``NCHW{x}c`` and weights in ``OIHW{x}i{o}o`` (what AlterOpLayout
+    makes), ``groups=1``, the blocks agreeing. The compute splits the input channels into block
+    and lane (two reduce axes, as TVM's ``conv2d_NCHWc``); the padded input is a stage computed
+    first, in parallel. The output runs in parallel over (output-channel block, row) pairs, in
+    tiles of ``ow_tile`` columns (the largest divisor of the width up to 14; two channel blocks
+    when rows are 8 columns or narrower): the convolution accumulates in a register tile
+    (``compute_at`` the tile, the reduce loops outside it, the columns unrolled and the
+    output-channel lanes vectorized innermost, so each weight vector feeds ``ow_tile`` FMAs with a
+    broadcast input each), then the fused epilogue (bias, residual, relu...) is applied as the
+    tile is stored.
 ``depthwise_conv2d_NCHWc``
-    a depthwise ``nn.conv2d`` in ``NCHW{x}c``: parallel over (channel block, row), the window
-    reduced outside the vectorized channel lanes.
+    a depthwise ``nn.conv2d`` (multiplier 1) in ``NCHW{x}c``: the same tiles over the window;
+    the padded rows of one channel block are computed per output row, where they stay in L1.
+``conv2d_NCHW``
+    ``nn.conv2d`` in ``NCHW``/``OIHW`` (plain or depthwise), as before AlterOpLayout: a tile of
+    up to 8 output channels x up to 16 columns in vector lanes, the padded input computed first.
 ``dense``
-    ``nn.dense``: the reduction split into 16-lane partial sums (contiguous vector loads of both
-    operands), summed at the end; parallel over output features.
+    ``nn.dense``: per output element, 16-lane partial sums over the reduction in a register
+    (contiguous vector loads of both operands), summed at the end; parallel over the features.
+``reduce_tiled``
+    a reduction anchoring its group (pooling, global pooling...) whose innermost data axis is a
+    lane block: accumulated in a vector register per output position, the outer axes parallel.
 ``reduce``
-    any other reduction (pooling, global pooling, softmax's stages, sum...): the innermost data
-    axis vectorized when it is a lane block (the ``c`` of ``NCHW16c``) with the reduce loops
-    outside it; the outer data axes fused and run in parallel.
+    any other reduction (softmax's stages, sum...): the innermost data axis vectorized when it
+    is a lane block with the reduce loops outside it; the outer data axes fused and parallel.
 ``injective``
     elementwise, broadcast and injective groups: the innermost axis split into vector lanes
-    (vectorized) when it divides, the rest fused into one parallel loop.
+    (vectorized) when it divides, the axis above kept as a row loop, the rest fused into one
+    parallel loop.
 
 Every stage that is not an output and not a reduction is inlined into its readers, except a
-convolution's padding, which is computed first.
+convolution's padding.
 """
 
 from __future__ import annotations
@@ -236,7 +244,9 @@ def _fuse_all(stage, axes):
 
 
 def schedule_injective(s, op):
-    """Innermost axis in vector lanes when it divides, the rest fused and parallel."""
+    """Innermost axis in vector lanes when it divides; the axis above it kept as a serial loop
+    when there are enough rows to share out (so each row's indices are computed once, not per
+    vector), and the rest fused into one parallel loop."""
     stage = s[op]
     axes = list(op.axis)
     if not axes:
@@ -246,15 +256,20 @@ def schedule_injective(s, op):
     vector = None
     if last.extent % width == 0:
         outer, vector = stage.split(last, width)
-        axes = axes[:-1] + [outer]
+        axes = axes[:-1] + ([outer] if outer.extent > 1 or len(axes) == 1 else [])
     elif last.extent >= 4 and last.extent <= 64 and len(axes) > 1:
         vector = last
+        axes = axes[:-1]
+    row = None
+    if len(axes) >= 3 and np.prod([a.extent for a in axes[:-1]]) >= 64:
+        row = axes[-1]
         axes = axes[:-1]
     fused = _fuse_all(stage, axes) if axes else None
     if vector is not None:
         stage.vectorize(vector)
     if fused is not None and _work(op) >= PARALLEL_MIN_WORK and fused.extent > 1:
         stage.parallel(fused)
+    del row
 
 
 def schedule_reduce(s, op):
@@ -295,22 +310,31 @@ def _schedule_conv_nchwc(s, group, keep):
         out_stage = s[outputs[0]]
     n, oco, oh, ow, oci = out_stage.op.axis
     tile = conv_width_tile(ow.extent)
+    # narrow rows (7 columns) would give each weight vector few uses: take two channel blocks
+    blocks = 2 if tile <= 8 and oco.extent % 2 == 0 and oco.extent >= 4 else 1
     ow_outer, ow_inner = out_stage.split(ow, tile)
+    oco_outer, oco_inner = out_stage.split(oco, blocks)
+    out_stage.reorder(n, oco_outer, oh, ow_outer, oco_inner, ow_inner, oci)
     out_stage.vectorize(oci)
-    out_stage.parallel(n if n.extent > 1 else oco)
+    # one image: the (channel block, row) pairs share the threads; a batch: the images
+    rows = out_stage.fuse(oco_outer, oh)
+    out_stage.parallel(n if n.extent > 1 else rows)
 
     conv_stage = s[local]
     conv_stage.compute_at(out_stage, ow_outer)
     cn, coco, coh, cow, coci = local.axis
-    conv_stage.reorder(cn, coco, coh, *local.reduce_axis, cow, coci)
+    conv_stage.reorder(cn, coh, *local.reduce_axis, coco, cow, coci)
+    conv_stage.unroll(coco)
     conv_stage.unroll(cow)
     conv_stage.vectorize(coci)
-    if pad is not None:
-        pad_stage = s[pad]
-        pad_stage.compute_at(out_stage, oh)
-        last = pad.axis[-1]
-        if last.extent in (8, 16, 32, 64):
-            pad_stage.vectorize(last)
+    if pad is not None and len(local.reduce_axis) == 2 and n.extent == 1:
+        # depthwise: the padded rows of one channel block, computed per output row, stay in L1
+        # (a whole padded copy would cost a pass over memory for few flops)
+        s[pad].compute_at(out_stage, rows)
+        s[pad].vectorize(pad.axis[-1])
+    elif pad is not None:
+        # the padded input is computed once, before the convolution, in parallel
+        schedule_injective(s, pad)
 
 
 def _schedule_conv_nchwc_simple(s, conv, pad, outputs):
@@ -326,20 +350,6 @@ def _schedule_conv_nchwc_simple(s, conv, pad, outputs):
     for out in outputs:
         if out.op is not conv and not s[out].inlined:
             schedule_injective(s, out.op)
-
-
-def _parallel_axis(axes):
-    """The loop to run in parallel among ``axes`` (outermost first): the batch when there is
-    more than one image, else the first axis with at least 4 iterations (or the longest)."""
-    if not axes:
-        return None
-    if axes[0].extent > 1:
-        return axes[0]
-    for axis in axes:
-        if axis.extent >= 4:
-            return axis
-    best = max(axes, key=lambda a: a.extent)
-    return best if best.extent > 1 else None
 
 
 def _tile_reduction(s, red, out) -> bool:
@@ -359,9 +369,12 @@ def _tile_reduction(s, red, out) -> bool:
         out_stage = s[out]
     axes = list(out_stage.op.axis)
     out_stage.vectorize(axes[-1])
-    par = _parallel_axis(axes[:-1])
-    if par is not None and _work(local) >= PARALLEL_MIN_WORK:
-        out_stage.parallel(par)
+    if _work(local) >= PARALLEL_MIN_WORK:
+        outer = axes[:-2]
+        if outer and outer[0].extent > 1:
+            out_stage.parallel(outer[0])
+        elif outer:
+            out_stage.parallel(_fuse_all(out_stage, outer))
     stage = s[local]
     stage.compute_at(out_stage, axes[-2])
     data = list(local.axis)
@@ -400,7 +413,7 @@ def _schedule_conv_nchw(s, group, keep) -> bool:
     """conv2d in NCHW x OIHW (plain or depthwise), as at opt_level 0 before AlterOpLayout: a
     register tile of ``oc_tile`` output channels x ``width`` output columns (the columns in vector
     lanes, each input vector shared by the channels, each weight broadcast), the reduction
-    outside the tile, the padded rows computed per output row."""
+    outside the tile, the padded input computed first."""
     conv_t = group.anchor_tensors[0]
     outputs = list(group.outputs)
     if len(outputs) != 1 or tuple(outputs[0].shape) != tuple(conv_t.shape):
@@ -420,15 +433,14 @@ def _schedule_conv_nchw(s, group, keep) -> bool:
     ow_outer, ow_inner = out_stage.split(ow, width)
     out_stage.reorder(n, oc_outer, oh, ow_outer, oc_inner, ow_inner)
     out_stage.vectorize(ow_inner)
-    par = n if n.extent > 1 else (oc_outer if oc_outer.extent > 1 else oh)
     if _work(local) >= PARALLEL_MIN_WORK:
-        out_stage.parallel(par)
+        out_stage.parallel(n if n.extent > 1 else out_stage.fuse(oc_outer, oh))
     stage = s[local]
     stage.compute_at(out_stage, ow_outer)
     cn, coc, coh, cow = local.axis
     stage.reorder(cn, coh, *local.reduce_axis, coc, cow)
     stage.unroll(coc)
     stage.vectorize(cow)
-    for pad in keep:
-        s[pad].compute_at(out_stage, oh)
+    for pad in keep:   # the padded input is computed once, before the convolution
+        schedule_injective(s, pad)
     return True
