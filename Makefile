@@ -1,16 +1,22 @@
 # relaybench: set-up, tests and benchmarks.
 #   make lab     create .venv if needed, install, start JupyterLab on notebooks/
-#   make test    create or update .venv, run every test, then every notebook under nbval
+#   make test    create or update .venv, install Chromium if missing (for tests/browser), run every
+#                test, then every notebook under nbval
 
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.stamp
 EXTRAS := test,lab,llvm
+# Debian's Chromium drives the browser test (tests/browser). When it is missing, `make test`
+# installs it with apt-get (as root, or through `sudo -n`); when that fails, the reason goes to
+# CHROMIUM_LOG, the build goes on, and the browser test skips quoting it.
+CHROMIUM     := /usr/bin/chromium
+CHROMIUM_LOG := $(VENV)/chromium-install.log
 # Extra flags for `make lab`; jupyter refuses to run as root without --allow-root (containers).
 LAB_FLAGS ?= $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: venv lab test notebooks bench-scale clean distclean
+.PHONY: venv chromium lab test notebooks bench-scale clean distclean
 
 venv: $(STAMP)
 
@@ -20,13 +26,32 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[$(EXTRAS)]'
 	@touch $@
 
+# Never fails: an existing $(CHROMIUM) makes it a no-op; otherwise apt-get install, with
+# apt-get update first when the package lists do not have it yet.
+chromium: venv
+	@test -x $(CHROMIUM) && exit 0; \
+	rm -f $(CHROMIUM_LOG); \
+	if [ "$$(id -u)" -eq 0 ]; then sudo=""; \
+	elif sudo -n true >/dev/null 2>&1; then sudo="sudo -n"; \
+	else echo "not root, and sudo -n is not available to run apt-get" > $(CHROMIUM_LOG); exit 0; fi; \
+	if ! command -v apt-get >/dev/null 2>&1; then \
+	    echo "apt-get not found (Debian's chromium package is what the test uses)" > $(CHROMIUM_LOG); exit 0; fi; \
+	echo "installing Debian's chromium for the browser test"; \
+	apt="$$sudo env DEBIAN_FRONTEND=noninteractive apt-get -q -y"; \
+	{ $$apt install --no-install-recommends chromium || \
+	  { $$apt update && $$apt install --no-install-recommends chromium; }; \
+	} > $(CHROMIUM_LOG).out 2>&1; \
+	if test -x $(CHROMIUM); then rm -f $(CHROMIUM_LOG) $(CHROMIUM_LOG).out; \
+	else { echo "apt-get install chromium failed:"; tail -n 5 $(CHROMIUM_LOG).out; } > $(CHROMIUM_LOG); \
+	    rm -f $(CHROMIUM_LOG).out; cat $(CHROMIUM_LOG); fi
+
 lab: venv
 	$(VENV)/bin/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.root_dir=notebooks --no-browser $(LAB_FLAGS)
 
 # Both steps always run; the target fails if either fails. The notebook step
 # runs in its own pytest call (no xdist) and accepts exit status 5 (no notebooks
 # collected); the unit-test step does not.
-test: venv
+test: venv chromium
 	@status=0; \
 	$(PY) -m pytest -q -n 2 tests && $(PY) -m pytest -q --doctest-modules relaybench || status=1; \
 	rc=0; \

@@ -26,6 +26,8 @@ _LAZY = {
     "ir": ("relaybench.ir", None),
     "create_executor": ("relaybench.backends.executor", "create_executor"),
     "build": ("relaybench.backends.build", "build"),
+    "viz": ("relaybench.viz", None),
+    "experiments": ("relaybench.experiments", None),
     "parse": ("relaybench.ir.parser", "parse"),
     "structural_equal": ("relaybench.ir.structural", "structural_equal"),
     "structural_hash": ("relaybench.ir.structural", "structural_hash"),

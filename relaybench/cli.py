@@ -9,9 +9,13 @@ from the table.
     relaybench 0.1.0
     $ relaybench show model.rly            # parsed, type-checked, printed
     $ relaybench show model.rly --no-types # parsed and printed as is
+    $ relaybench show model.rly --passes fold-constant,fuse-ops --format svg --out model.svg
+    $ relaybench bench resnet18 --target llvm --image-shape 3,64,64
+    $ relaybench reproduce composability --out results/ --models resnet18,dqn --quick
 
-Errors that relaybench raises on purpose (a parse error, a type error) are printed to stderr
-without a traceback and give exit status 1; a bad command line gives status 2.
+Errors that relaybench raises on purpose (a parse error, a type error, an unknown model or pass)
+are printed to stderr without a traceback and give exit status 1; a bad command line gives
+status 2.
 """
 
 from __future__ import annotations
@@ -72,10 +76,59 @@ def _run_version(args: argparse.Namespace) -> int:
 
 # --- show ----------------------------------------------------------------------------------
 
+_SHOW_FORMATS = ("text", "dot", "svg")
+
+
 def _configure_show(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", type=Path, metavar="FILE.rly", help="a program in Relay text")
     parser.add_argument("--types", action=argparse.BooleanOptionalAction, default=True,
                         help="run type inference and print the types (default: on)")
+    parser.add_argument("--passes", metavar="PIPELINE",
+                        help="passes to run first: a pipeline string "
+                             "('fold-constant,fuse-ops{fuse_opt_level=2}') or 'default' for "
+                             "Relay's default pipeline at --opt-level")
+    parser.add_argument("--opt-level", type=int, default=3, metavar="N",
+                        help="the pass context's opt_level for --passes (default: 3)")
+    parser.add_argument("--format", choices=_SHOW_FORMATS, default="text",
+                        help="Relay text, Graphviz DOT source, or SVG drawn by graphviz-pure "
+                             "(default: text)")
+    parser.add_argument("--out", type=Path, metavar="PATH",
+                        help="write to PATH instead of standard output")
+
+
+def _run_pipeline(mod, spec: str, opt_level: int):
+    """``mod`` after the pipeline ``spec`` (a pipeline string or ``default``) at ``opt_level``."""
+    from relaybench.passes.infra import PassContext
+    from relaybench.passes.pipelines import build_pipeline, default_pipeline
+
+    with PassContext(opt_level=opt_level):
+        if spec.strip() == "default":
+            pipeline = default_pipeline(opt_level)
+        else:
+            pipeline = build_pipeline(spec)
+        return pipeline(mod)
+
+
+def _render(mod, fmt: str, types: bool) -> str:
+    if fmt == "text":
+        return mod.astext(show_types=types)
+    import relaybench.viz as viz
+    graph = viz.to_dot(mod, types=types)
+    if fmt == "dot":
+        return graph.source
+    return viz.render_svg(graph)
+
+
+def _emit(text: str, out: Path | None) -> int:
+    if out is None:
+        print(text if text.endswith("\n") else text + "\n", end="")
+        return 0
+    try:
+        out.write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
+    except OSError as err:
+        return _fail(f"cannot write {out}: {err}")
+    print(f"relaybench: wrote {out}", file=sys.stderr)
+    return 0
 
 
 def _run_show(args: argparse.Namespace) -> int:
@@ -88,9 +141,11 @@ def _run_show(args: argparse.Namespace) -> int:
 
     from relaybench import parse
 
+    if args.passes is not None and args.opt_level < 0:
+        return _fail(f"--opt-level must be at least 0, got {args.opt_level}")
     try:
         mod = parse(text)
-        if args.types:
+        if args.types or args.passes is not None:  # passes need a typed program
             from relaybench.passes import InferType
             mod = InferType()(mod)
     except ParseError as err:
@@ -100,7 +155,207 @@ def _run_show(args: argparse.Namespace) -> int:
         return _fail(str(err))
     except RelayError as err:  # TypeInferenceError and its kin
         return _fail(str(err))
-    print(mod.astext())
+    if args.passes is not None:
+        try:
+            mod = _run_pipeline(mod, args.passes, args.opt_level)
+        except (KeyError, ValueError, TypeError) as err:  # an unknown pass or option
+            return _fail(f"--passes: {err.args[0] if err.args else err}")
+        except RelayError as err:
+            return _fail(f"{args.file}: {err}")
+    try:
+        rendered = _render(mod, args.format, args.types)
+    except ImportError as err:
+        return _fail(f"--format {args.format} needs the graphviz package: {err}")
+    except (OSError, RuntimeError) as err:  # the Graphviz executable missing or failing
+        return _fail(f"--format {args.format}: {err}")
+    return _emit(rendered, args.out)
+
+
+# --- shared by bench and reproduce ---------------------------------------------------------
+
+def _image_shape(text: str) -> tuple:
+    try:
+        shape = tuple(int(part) for part in text.replace("x", ",").split(","))
+    except ValueError:
+        shape = ()
+    if len(shape) != 3 or min(shape) < 1:
+        raise argparse.ArgumentTypeError(
+            f"expected CHANNELS,HEIGHT,WIDTH (three positive integers, e.g. 3,224,224), "
+            f"got {text!r}")
+    return shape
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _names(values) -> list:
+    """``["a,b", "c"]`` -> ``["a", "b", "c"]``: lists may be given with commas or spaces."""
+    return [name.strip() for value in values or () for name in value.split(",") if name.strip()]
+
+
+def _unknown_model(err: KeyError) -> int:
+    return _fail(err.args[0] if err.args else str(err))
+
+
+# --- bench ---------------------------------------------------------------------------------
+
+def _configure_bench(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", metavar="MODEL",
+                        help="a model of the zoo (resnet18, mobilenet_v2, dqn, vgg16, ...)")
+    parser.add_argument("--target", default="llvm", help="the target (default: llvm)")
+    parser.add_argument("--opt-level", type=int, default=3, metavar="N",
+                        help="the optimization level (default: 3)")
+    parser.add_argument("--threads", type=_positive, metavar="N",
+                        help="threads the kernels use (default: RB_NUM_THREADS or all cores)")
+    parser.add_argument("--number", type=_positive, default=10, metavar="N",
+                        help="runs per timed round (default: 10)")
+    parser.add_argument("--repeat", type=_positive, default=5, metavar="N",
+                        help="timed rounds; the median is reported (default: 5)")
+    parser.add_argument("--image-shape", type=_image_shape, metavar="C,H,W",
+                        help="the input image of a vision model (default: the model's own)")
+
+
+def _run_bench(args: argparse.Namespace) -> int:
+    import time
+
+    import numpy as np
+
+    from relaybench import build, models
+    from relaybench.errors import RelayError
+
+    if args.opt_level < 0:
+        return _fail(f"--opt-level must be at least 0, got {args.opt_level}")
+    kwargs = {}
+    if args.image_shape is not None:
+        kwargs["image_shape"] = args.image_shape
+    try:
+        mod, params = models.get(args.model, **kwargs)
+    except KeyError as err:
+        return _unknown_model(err)
+    except TypeError:
+        return _fail(f"model {args.model!r} takes no --image-shape")
+    except ValueError as err:
+        return _fail(f"model {args.model!r}: {err}")
+    try:
+        start = time.perf_counter()
+        graph = build(mod, target=args.target, params=params, opt_level=args.opt_level,
+                      num_threads=args.threads)
+        seconds = time.perf_counter() - start
+        rng = np.random.default_rng(0)
+        inputs = {name: rng.standard_normal(shape).astype(dtype)
+                  for name, (shape, dtype) in graph.input_info().items()}
+        graph.set_input(**inputs)
+        result = graph.benchmark(number=args.number, repeat=args.repeat)
+        profile = graph.profile(number=args.number)
+    except RelayError as err:
+        return _fail(f"{args.model}: {err}")
+    shapes = ", ".join(f"{name} {'x'.join(str(d) for d in shape)} {dtype}"
+                       for name, (shape, dtype) in graph.input_info().items())
+    print(f"{args.model} ({shapes}) on {graph.target} at opt_level {args.opt_level}, "
+          f"{graph.num_threads} threads")
+    print(f"compile: {seconds:.2f} s; {graph.compile_stats}")
+    print(f"run: {result.median_ms:.4g} ms ± {result.std_ms:.2g} ms (median of {args.repeat} "
+          f"rounds of {args.number}; min {result.min_ms:.4g}, max {result.max_ms:.4g})")
+    print()
+    print(f"per kernel (median of {args.number} calls each):")
+    print(profile)
+    return 0
+
+
+# --- reproduce -----------------------------------------------------------------------------
+
+_EXPERIMENTS = ("composability",)
+
+
+def _configure_reproduce(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("experiment", choices=_EXPERIMENTS, help="the experiment to run")
+    parser.add_argument("--out", type=Path, required=True, metavar="DIR",
+                        help="the folder for EXPERIMENT.csv, .json, .png and .md")
+    parser.add_argument("--models", nargs="+", metavar="MODEL",
+                        help="models, by comma or space (default: resnet18, mobilenet_v2, dqn, "
+                             "vgg16)")
+    parser.add_argument("--targets", nargs="+", metavar="TARGET",
+                        help="targets, by comma or space (default: llvm)")
+    parser.add_argument("--image-shape", type=_image_shape, metavar="C,H,W",
+                        help="the input of every model whose own input has C channels "
+                             "(default: the models' own; with --quick, 3,32,32)")
+    parser.add_argument("--quick", action="store_true",
+                        help="small inputs (3,32,32; DQN keeps its own) and few timing runs "
+                             "(--number 1 --repeat 3), to try the experiment out")
+    parser.add_argument("--number", type=_positive, metavar="N",
+                        help="runs per timed round (default: 10; 1 with --quick)")
+    parser.add_argument("--repeat", type=_positive, metavar="N",
+                        help="timed rounds, the median is reported (default: 5; 3 with --quick)")
+    parser.add_argument("--threads", type=_positive, metavar="N",
+                        help="threads the kernels use (default: RB_NUM_THREADS or all cores)")
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
+                        help="show progress on stderr (default: on)")
+
+
+def _markdown(table, title: str, note: str) -> str:
+    rows = table.rows
+    cols = list(rows[0]) if rows else []
+    lines = [f"# {title}", "", note, ""]
+    lines.append("| " + " | ".join(cols) + " |")
+    lines.append("|" + "|".join("---" if c == cols[0] else "---:" for c in cols) + "|")
+    for r in rows:
+        lines.append("| " + " | ".join(str(r[c]) for c in cols) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _run_reproduce(args: argparse.Namespace) -> int:
+    from relaybench.errors import RelayError
+    from relaybench.experiments import composability
+
+    models = _names(args.models) or None
+    targets = _names(args.targets) or ["llvm"]
+    image_shape = args.image_shape
+    if image_shape is None and args.quick:
+        image_shape = (3, 32, 32)
+    number = args.number or (1 if args.quick else 10)
+    repeat = args.repeat or (3 if args.quick else 5)
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        return _fail(f"cannot create {args.out}: {err}")
+    kwargs = {} if models is None else {"models": models}
+    try:
+        result = composability(targets=targets, image_shape=image_shape, number=number,
+                               repeat=repeat, num_threads=args.threads, progress=args.progress,
+                               **kwargs)
+    except KeyError as err:
+        return _unknown_model(err)
+    except (ValueError, RelayError) as err:
+        return _fail(str(err))
+    table = result.table()
+    written = [result.to_csv(args.out / "composability.csv"),
+               result.to_json(args.out / "composability.json")]
+    inputs = "; ".join(dict.fromkeys(f"{r['model']} {r['input']}" for r in result.rows))
+    note = (f"Speedup over the baseline (opt_level 0: every operator its own kernel) as passes "
+            f"are enabled one after another; targets {', '.join(result.targets)}; inputs "
+            f"{inputs}; median of {repeat} rounds of {number} runs.")
+    md = args.out / "composability.md"
+    md.write_text(_markdown(table, "Composability: speedup from successively enabling passes",
+                            note), encoding="utf-8")
+    written.append(md)
+    try:
+        figure = result.plot()
+    except ImportError as err:
+        print(f"relaybench: no figure: {err}", file=sys.stderr)
+    else:
+        png = args.out / "composability.png"
+        figure.savefig(png, dpi=120)
+        written.append(png)
+    print(table)
+    for path in written:
+        print(f"wrote {path}")
     return 0
 
 
@@ -111,8 +366,12 @@ COMMANDS: dict[str, Command] = {
     for command in (
         Command("version", "print the version (with -v, also those of the dependencies)",
                 _configure_version, _run_version),
-        Command("show", "parse a Relay text file, infer its types and print it",
-                _configure_show, _run_show),
+        Command("show", "parse a Relay text file, infer its types, run passes and print it "
+                "(text, DOT or SVG)", _configure_show, _run_show),
+        Command("bench", "build a model of the zoo, time it and profile every kernel",
+                _configure_bench, _run_bench),
+        Command("reproduce", "run one of the paper's experiments and write its table and figure",
+                _configure_reproduce, _run_reproduce),
     )
 }
 
@@ -133,4 +392,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
     args = build_parser().parse_args(argv)
-    return args.run(args)
+    try:
+        return args.run(args)
+    except BrokenPipeError:  # `relaybench bench ... | head`: the reader left; stop quietly
+        import os
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1

@@ -40,7 +40,7 @@ from ..ir.module import IRModule
 from ..ir.types import TensorType
 from .target import Target
 
-__all__ = ["build", "GroupKernel", "HostKernel", "CompileStats", "compile_groups"]
+__all__ = ["build", "GroupKernel", "HostKernel", "CompileStats", "compile_groups", "flatten_result"]
 
 
 @dataclass
@@ -103,7 +103,7 @@ class HostKernel:
             pos += count
             args.append(chunk[0] if isinstance(t, TensorType) else _as_tuple(_nest(t, chunk)))
         result = self._run(*args)
-        flat = _flatten_result(result)
+        flat = flatten_result(result)
         for out, value in zip(outputs, flat):
             np.copyto(out, value, casting="no")
 
@@ -125,7 +125,8 @@ def _as_tuple(value):
     return tuple(_as_tuple(v) for v in value) if isinstance(value, list) else value
 
 
-def _flatten_result(value) -> list:
+def flatten_result(value) -> list:
+    """The arrays of a result (an array, or nested tuples or lists of them), in order."""
     out, stack = [], [value]
     while stack:
         v = stack.pop()

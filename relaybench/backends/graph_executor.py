@@ -410,6 +410,10 @@ class BenchmarkResult:
 
     __str__ = __repr__
 
+    def _repr_html_(self) -> str:
+        from ..viz.html import html
+        return html(self)
+
 
 class Profile(Table):
     """Time per fused group, in the order the groups first run, with a total row.
@@ -725,3 +729,7 @@ class GraphModule:
         host = f", {len(self.host_groups)} on the host" if self.host_groups else ""
         return (f"GraphModule(({ins}); {len(self._graph.nodes)} calls of "
                 f"{len(self._kernels)} kernels{host}; {self._plan.storages} storages)")
+
+    def _repr_html_(self) -> str:
+        from ..viz.html import html
+        return html(self)

@@ -68,6 +68,10 @@ class LoweredFunc:
         return (f"LoweredFunc({self.name}: {self.pattern}, anchor={self.anchor}, rule={self.rule}, "
                 f"{len(self.input_types)} inputs, {len(self.output_types)} outputs)")
 
+    def _repr_html_(self) -> str:
+        from ..viz.html import html
+        return html(self)
+
 
 @dataclass
 class GroupInfo:

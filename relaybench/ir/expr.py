@@ -84,8 +84,8 @@ class Expr:
         return self.astext()
 
     def _repr_html_(self) -> str:
-        import html
-        return f"<pre>{html.escape(self.astext())}</pre>"
+        from ..viz.html import html
+        return html(self)
 
     # -- operator sugar (builds calls to Relay ops) ----------------------------------------------
     def __add__(self, other): return _binary("add", self, other)

@@ -226,8 +226,8 @@ class IRModule:
         return f"IRModule(functions=[{names}]" + (f", types=[{types}])" if types else ")")
 
     def _repr_html_(self) -> str:
-        import html
-        return f"<pre>{html.escape(self.astext())}</pre>"
+        from ..viz.html import html
+        return html(self)
 
 
 _PRELUDE: list = []

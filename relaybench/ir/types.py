@@ -70,8 +70,8 @@ class Type:
         return type_str(self)
 
     def _repr_html_(self) -> str:
-        import html
-        return f"<code>{html.escape(type_str(self))}</code>"
+        from ..viz.html import html
+        return html(self)
 
 
 @dataclass(frozen=True, slots=True, repr=False)

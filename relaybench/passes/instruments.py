@@ -258,8 +258,8 @@ class PassRecord:
         return f"PassRecord(#{self.index} {self.label}, depth={self.depth}, {self.status}{extra})"
 
     def _repr_html_(self) -> str:
-        import html
-        return (f"<p>{html.escape(repr(self))}</p><pre>{html.escape(self.diff() or '(no change)')}</pre>")
+        from ..viz.html import html
+        return html(self)
 
 
 class Snapshots(PassInstrument):
@@ -385,7 +385,8 @@ class Snapshots(PassInstrument):
         return f"Snapshots({len(self.records)} passes, {len(self.changed())} changed the program)"
 
     def _repr_html_(self) -> str:
-        return self.table()._repr_html_()
+        from ..viz.html import html
+        return html(self)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,3 +1,37 @@
-"""Views of IR objects and results for notebooks and terminals."""
+"""Views of IR objects and results for notebooks and terminals.
+
+* :func:`to_dot` (``viz/dot.py``): the dataflow graph of a module or function as a
+  ``graphviz.Digraph``, fused groups as clusters; :func:`render_svg` draws it.
+* :func:`diff` (``viz/snapshot_diff.py``): two snapshots side by side, text and graph.
+* :func:`html` (``viz/html.py``): the rich notebook view of any IR object or result.
+* :class:`PassExplorer`, :class:`FusionView` (``viz/widgets.py``): the widgets.
+* :class:`Table`: rows of results, printed or shown as HTML.
+
+Everything but :class:`Table` is imported on first use, so ``import relaybench`` stays light.
+"""
+
+from __future__ import annotations
+
+import importlib
 
 from .table import Table  # noqa: F401
+
+_LAZY = {
+    "to_dot": "dot", "render_svg": "dot", "diff": "snapshot_diff", "Diff": "snapshot_diff", "html": "html",
+    "PassExplorer": "widgets", "FusionView": "widgets",
+}
+
+__all__ = ["Table", *_LAZY]
+
+
+def __getattr__(name):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'relaybench.viz' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

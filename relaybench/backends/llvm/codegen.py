@@ -964,6 +964,10 @@ class CompiledKernel:
     def _repr_pretty_(self, printer, cycle):
         printer.text(self.source("loops"))
 
+    def _repr_html_(self) -> str:
+        from ...viz.html import html
+        return html(self)
+
 
 def _phases(func: L.PrimFunc, parallel: bool):
     """``(temporaries, nests)`` when ``func`` compiles in phases, else None: its body is

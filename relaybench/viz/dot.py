@@ -1,0 +1,688 @@
+"""The dataflow graph of a Relay program, drawn with Graphviz.
+
+:func:`to_dot` turns ``@main`` of a module (or a function, or any expression) into a
+``graphviz.Digraph``: one node per operator call, labelled with the operator and its key
+attributes (``nn.conv2d`` / ``3x3 s2 p1``, layouts when they are not NCHW); one edge per use of a
+value, labelled with the value's shape and dtype; each call of a fused ``Primitive`` function
+drawn as a cluster of its operators, labelled with the group's name and pattern kind. Nodes are
+filled by pattern kind (:data:`PATTERN_COLORS`); ``layout_transform`` and quantization operators
+have a thick border. Parameters and constants are small plain-text nodes (a constant shows its
+shape, never its values); tuples and projections are small boxes.
+
+:func:`render_svg` runs the ``graphviz-pure`` executable (the pip-installed Graphviz, so no
+system package is needed) and returns the SVG text. The digraphs :func:`to_dot` returns draw
+themselves in a notebook through it.
+
+>>> import relaybench as rb
+>>> mod = rb.parse('''#[version = "0.0.5"]
+... def @main(%x: Tensor[(1, 3, 8, 8), float32], %w: Tensor[(4, 3, 3, 3), float32]) {
+...   %0 = nn.conv2d(%x, %w, strides=[2, 2], padding=[1, 1, 1, 1]);
+...   nn.relu(%0)
+... }''')
+>>> g = to_dot(mod)
+>>> for line in g.source.splitlines()[4:]:
+...     print(line.strip())
+n0 [label="%x" fontsize=10 height=0.2 shape=plaintext]
+n1 [label="%w" fontsize=10 height=0.2 shape=plaintext]
+n2 [label="nn.conv2d\\n3x3 s2 p1" fillcolor="#f4b6b6" shape=box style="rounded,filled"]
+n3 [label="nn.relu" fillcolor="#c8e6c9" shape=box style="rounded,filled"]
+n0 -> n2 [label="(1, 3, 8, 8) float32"]
+n1 -> n2 [label="(4, 3, 3, 3) float32"]
+n2 -> n3 [label="(1, 4, 4, 4) float32"]
+}
+
+The walk is iterative (:func:`relaybench.ir.functor.post_order`), and node names are a counter in
+visit order (``n0``, ``n1``, ...), so the same program gives the same DOT text every time.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from typing import Optional
+
+import graphviz
+
+from ..ir.expr import (Call, Constant, Constructor, Expr, Function, GlobalVar, If, Let, Match, Op,
+                       RefCreate, RefRead, RefWrite, Tuple, TupleGetItem, Var, expr_children)
+from ..ir.functor import post_order
+from ..ir.module import IRModule
+from ..ir.types import TensorType, TupleType, Type
+from ..op.registry import OpPattern
+
+__all__ = ["to_dot", "render_svg", "RelayDigraph", "GraphvizError", "PATTERN_COLORS", "PATTERN_NAMES",
+           "DataflowGraph", "GraphNode", "dataflow_graph", "is_layout_op", "is_quantize_op", "find_graphviz"]
+
+#: fill color of an operator node by its pattern kind (the legend of every drawing)
+PATTERN_COLORS = {
+    OpPattern.ELEMWISE: "#c8e6c9",             # green: elementwise
+    OpPattern.BROADCAST: "#bbdefb",            # blue: broadcast
+    OpPattern.INJECTIVE: "#fff59d",            # yellow: injective
+    OpPattern.COMM_REDUCE: "#ffcc80",          # orange: reduce
+    OpPattern.OUT_ELEMWISE_FUSABLE: "#f4b6b6",  # red: conv2d, dense, pooling
+    OpPattern.TUPLE: "#eeeeee",
+    OpPattern.OPAQUE: "#d7ccc8",               # brown-grey: opaque
+}
+
+#: the legend's words for each pattern kind
+PATTERN_NAMES = {
+    OpPattern.ELEMWISE: "elementwise", OpPattern.BROADCAST: "broadcast",
+    OpPattern.INJECTIVE: "injective", OpPattern.COMM_REDUCE: "reduce",
+    OpPattern.OUT_ELEMWISE_FUSABLE: "out-elemwise-fusable", OpPattern.TUPLE: "tuple",
+    OpPattern.OPAQUE: "opaque",
+}
+
+_LAYOUT_BORDER = "#6a1b9a"    # purple: layout_transform
+_QUANTIZE_BORDER = "#e65100"  # dark orange: quantization and annotation operators
+_QUANTIZE_PREFIXES = ("qnn.", "annotation.", "relay.op.annotation")
+
+_GRAPH_ATTRS = {"rankdir": "TB", "newrank": "true"}
+_NODE_ATTRS = {"fontname": "Helvetica", "fontsize": "11"}
+_EDGE_ATTRS = {"fontname": "Helvetica", "fontsize": "9", "color": "#555555"}
+
+_RENDER_TIMEOUT = 120.0
+
+
+def is_layout_op(name: str) -> bool:
+    """Whether the operator named ``name`` only changes a tensor's layout."""
+    return name == "layout_transform"
+
+
+def is_quantize_op(name: str) -> bool:
+    """Whether the operator named ``name`` belongs to quantization (``qnn.*``, annotations,
+    ``simulated_quantize``)."""
+    return name.startswith(_QUANTIZE_PREFIXES) or name.endswith("simulated_quantize")
+
+
+# ---------------------------------------------------------------------------------------------
+# The graph model shared by the drawing and the diff
+
+
+@dataclass(eq=False)
+class GraphNode:
+    """One node of a :class:`DataflowGraph`.
+
+    ``kind`` is ``"call"``, ``"var"``, ``"const"``, ``"tuple"``, ``"getitem"`` or ``"other"``;
+    ``name`` is short (the operator's name, ``%x``, ``const``, ``tuple``, ``.0``, ``if``...);
+    ``key`` identifies what the node computes apart from its inputs (the operator and its
+    attributes, a variable's name and type, a constant's shape, dtype and contents);
+    ``inputs`` are the indices of the nodes it reads, in argument order, and ``input_types``
+    the types flowing along those edges; ``cluster`` the index of its fused group, if any.
+    """
+
+    index: int
+    kind: str
+    name: str
+    label: str
+    key: tuple
+    inputs: list = field(default_factory=list)
+    input_types: list = field(default_factory=list)
+    cluster: Optional[int] = None
+    pattern: Optional[OpPattern] = None
+    expr: Optional[Expr] = None
+
+    @property
+    def id(self) -> str:
+        return f"n{self.index}"
+
+
+@dataclass(eq=False)
+class Cluster:
+    """One call of a fused primitive function: its group name and pattern kind, its nodes."""
+
+    index: int
+    name: str
+    pattern: Optional[OpPattern]
+    anchor: Optional[str]
+    nodes: list = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class DataflowGraph:
+    """The nodes (in visit order, inputs before their users), the fused-group clusters and the
+    indices of the output nodes of one function."""
+
+    nodes: list
+    clusters: list
+    outputs: list
+
+    def consumers(self) -> list:
+        """For each node, the ``(user index, argument position)`` pairs that read it."""
+        users = [[] for _ in self.nodes]
+        for node in self.nodes:
+            for pos, i in enumerate(node.inputs):
+                users[i].append((node.index, pos))
+        return users
+
+
+def _shape_text(shape) -> str:
+    return "(" + ", ".join(str(d) for d in shape) + ")"
+
+
+def _type_label(t: Optional[Type], limit: int) -> str:
+    if t is None:
+        return ""
+    if isinstance(t, TensorType):
+        text = f"{_shape_text(t.shape)} {t.dtype}"
+    elif isinstance(t, TupleType):
+        text = "(" + ", ".join(_type_label(f, limit) for f in t.fields) + ")"
+    else:
+        text = str(t)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _ints(value) -> tuple:
+    if isinstance(value, (tuple, list)):
+        return tuple(value)
+    return (value,)
+
+
+def _compact(values) -> str:
+    """``(2, 2)`` as ``2``, ``(1, 0, 1, 0)`` as ``1,0,1,0``."""
+    values = _ints(values)
+    if values and all(v == values[0] for v in values):
+        return str(values[0])
+    return ",".join(str(v) for v in values)
+
+
+def _layout_axes(layout: str) -> list:
+    return re.findall(r"\d*[A-Za-z]", layout or "")
+
+
+def _kernel_size(call: Call, layout: str) -> Optional[tuple]:
+    ks = call.attrs.get("kernel_size")
+    if ks:
+        return _ints(ks)
+    if len(call.args) < 2:
+        return None
+    wt = call.args[1].type_or_none
+    if not isinstance(wt, TensorType):
+        return None
+    axes = _layout_axes(layout)
+    if len(axes) != len(wt.shape) or "H" not in axes or "W" not in axes:
+        return None
+    return (wt.shape[axes.index("H")], wt.shape[axes.index("W")])
+
+
+def _window_label(size, strides, padding, dilation) -> list:
+    parts = []
+    if size is not None:
+        parts.append("x".join(str(s) for s in size))
+    if strides is not None and any(s != 1 for s in _ints(strides)):
+        parts.append("s" + _compact(strides))
+    if padding is not None and any(p != 0 for p in _ints(padding)):
+        parts.append("p" + _compact(padding))
+    if dilation is not None and any(d != 1 for d in _ints(dilation)):
+        parts.append("d" + _compact(dilation))
+    return parts
+
+
+def _conv_attrs(call: Call) -> list:
+    a = call.attrs
+    data_layout = a.get("data_layout", "NCHW")
+    kernel_layout = a.get("kernel_layout", "OIHW")
+    parts = _window_label(_kernel_size(call, kernel_layout), a.get("strides"), a.get("padding"), a.get("dilation"))
+    if a.get("groups", 1) != 1:
+        parts.append(f"g{a.get('groups')}")
+    lines = [" ".join(parts)] if parts else []
+    out_layout = a.get("out_layout") or data_layout
+    if data_layout != "NCHW" or kernel_layout not in ("OIHW", "IOHW") or out_layout != data_layout:
+        text = f"{data_layout}/{kernel_layout}"
+        if out_layout != data_layout:
+            text += f"->{out_layout}"
+        lines.append(text)
+    return lines
+
+
+def _pool_attrs(call: Call) -> list:
+    a = call.attrs
+    parts = _window_label(_ints(a["pool_size"]) if "pool_size" in a else None, a.get("strides"),
+                          a.get("padding"), a.get("dilation"))
+    lines = [" ".join(parts)] if parts else []
+    layout = a.get("layout", "NCHW")
+    if layout != "NCHW":
+        lines.append(layout)
+    return lines
+
+
+def _layout_attrs(call: Call) -> list:
+    return [f"{call.attrs.get('src_layout', '')}->{call.attrs.get('dst_layout', '')}"]
+
+
+def _value_text(v) -> str:
+    if isinstance(v, (tuple, list)):
+        return "[" + ",".join(_value_text(x) for x in v) + "]"
+    if isinstance(v, str):
+        return v
+    return str(v)
+
+
+def _default_attrs(call: Call) -> list:
+    """The attributes that differ from the operator's defaults, ``k=v``."""
+    opdef = call.op.opdef if isinstance(call.op, Op) else None
+    defaults = opdef.attrs if opdef is not None else {}
+    parts = []
+    for k, v in call.attrs.items():
+        if k in defaults and defaults[k] == v:
+            continue
+        if k in defaults and isinstance(v, tuple) and _ints(defaults[k]) == v:
+            continue
+        parts.append(f"{k}={_value_text(v)}")
+    return [" ".join(parts)] if parts else []
+
+
+# operator name -> the lines of key attributes under the name (everything else: non-default attrs)
+_ATTR_LABELS = {
+    "nn.conv2d": _conv_attrs, "nn.conv2d_transpose": _conv_attrs,
+    "nn.max_pool2d": _pool_attrs, "nn.avg_pool2d": _pool_attrs,
+    "nn.global_avg_pool2d": _pool_attrs, "nn.global_max_pool2d": _pool_attrs,
+    "nn.adaptive_avg_pool2d": _pool_attrs,
+    "layout_transform": _layout_attrs,
+}
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:max(limit - 3, 1)] + "..."
+
+
+def _call_label(call: Call, limit: int) -> str:
+    name = call.op.name
+    lines = _ATTR_LABELS.get(name, _default_attrs)(call)
+    return "\\n".join(_clip(line, limit) for line in [name, *lines] if line)
+
+
+_DIGESTS: dict = {}
+
+
+def _const_digest(c: Constant) -> str:
+    """A digest of a constant's contents (cached per node: graphs are drawn and diffed often)."""
+    import hashlib
+    import weakref
+    ref = _DIGESTS.get(id(c))
+    if ref is not None and ref[0]() is c:
+        return ref[1]
+    data = c.data
+    h = hashlib.blake2b(digest_size=12)
+    h.update(f"{data.dtype.str}{data.shape}".encode())
+    h.update(memoryview(data if data.flags.c_contiguous else data.copy()).cast("B"))
+    digest = h.hexdigest()
+    key = id(c)
+    _DIGESTS[key] = (weakref.ref(c, lambda _r, k=key: _DIGESTS.pop(k, None)), digest)
+    return digest
+
+
+def _callee_text(op: Expr) -> str:
+    if isinstance(op, (GlobalVar, Constructor)):
+        return ("@" if isinstance(op, GlobalVar) else "") + op.name_hint
+    if isinstance(op, Var):
+        return "%" + op.name_hint
+    if isinstance(op, Function):
+        return "fn"
+    return type(op).__name__
+
+
+_OTHER_NAMES = {If: "if", Match: "match", Function: "fn", RefCreate: "ref", RefRead: "ref_read",
+                RefWrite: "ref_write", GlobalVar: "global", Constructor: "constructor"}
+
+
+def _children(e: Expr) -> tuple:
+    """What the drawing descends into: arguments of calls (never a callee function's body),
+    a let's value and body (its variable is an alias of the value), nothing of a function literal."""
+    if isinstance(e, Call):
+        if isinstance(e.op, Var):
+            return (e.op,) + e.args
+        return e.args
+    if isinstance(e, Function):
+        return ()
+    if isinstance(e, Let):
+        return (e.value, e.body)
+    return tuple(c for c in expr_children(e) if not isinstance(c, Op))
+
+
+class _Builder:
+    def __init__(self, types: bool, max_label: int):
+        self.types = types
+        self.max_label = max_label
+        self.nodes: list = []
+        self.clusters: list = []
+        self.labels: dict = {}
+
+    def add(self, kind, name, label, key, expr, inputs=(), cluster=None, pattern=None) -> int:
+        index = len(self.nodes)
+        input_types = []
+        node_inputs = []
+        for src, t in inputs:
+            node_inputs.append(src)
+            input_types.append(t)
+        node = GraphNode(index, kind, name, label, key, node_inputs, input_types, cluster, pattern, expr)
+        self.nodes.append(node)
+        if cluster is not None:
+            self.clusters[cluster].nodes.append(index)
+        return index
+
+    def type_of(self, e: Expr) -> Optional[Type]:
+        if not self.types:
+            return None
+        t = e.type_or_none
+        if t is None and isinstance(e, Var):
+            t = e.type_annotation
+        return t
+
+    def walk(self, root: Expr, env: dict, cluster: Optional[int]) -> int:
+        """Add the nodes of ``root`` (``env`` maps already-drawn expressions to nodes); return the
+        node of its value."""
+        order = post_order(root, _children)
+        let_value = {e.var: e.value for e in order if isinstance(e, Let)}
+        for e in order:
+            if e in env:
+                continue
+            handler = _HANDLERS.get(type(e), _Builder._other)
+            env[e] = handler(self, e, env, cluster, let_value)
+        return env[root]
+
+    def inputs(self, args, env) -> list:
+        return [(env[a], self.type_of(a)) for a in args]
+
+    def _var(self, e: Var, env, cluster, let_value):
+        if e in let_value:
+            return env[let_value[e]]
+        t = e.type_annotation if e.type_annotation is not None else e.type_or_none
+        return self.add("var", "%" + e.name_hint, "%" + e.name_hint, ("var", e.name_hint, str(t)), e,
+                        cluster=cluster)
+
+    def _const(self, e: Constant, env, cluster, let_value):
+        shape = _shape_text(e.data.shape)
+        return self.add("const", "const", f"const {shape}",
+                        ("const", e.data.shape, e.data.dtype.name, _const_digest(e)), e, cluster=cluster)
+
+    def _tuple(self, e: Tuple, env, cluster, let_value):
+        return self.add("tuple", "tuple", "tuple", ("tuple", len(e.fields)), e, self.inputs(e.fields, env), cluster)
+
+    def _getitem(self, e: TupleGetItem, env, cluster, let_value):
+        return self.add("getitem", f".{e.index}", f".{e.index}", ("getitem", e.index), e,
+                        self.inputs([e.tuple_value], env), cluster)
+
+    def _let(self, e: Let, env, cluster, let_value):
+        return env[e.body]
+
+    def _call(self, e: Call, env, cluster, let_value):
+        op = e.op
+        if isinstance(op, Function) and op.is_primitive and cluster is None:
+            return self._fused(e, env)
+        args = ([op] if isinstance(op, Var) else []) + list(e.args)
+        inputs = self.inputs(args, env)
+        if isinstance(op, Op):
+            opdef = op.opdef
+            pattern = OpPattern(int(opdef.pattern)) if opdef is not None else OpPattern.OPAQUE
+            key = ("call", op.name, e.attrs)
+            if op.name in _ATTR_LABELS:  # these labels may read the arguments' types
+                label = _call_label(e, self.max_label)
+            else:
+                label = self.labels.get(key)
+                if label is None:
+                    label = self.labels[key] = _call_label(e, self.max_label)
+            return self.add("call", op.name, label, key, e, inputs, cluster, pattern)
+        name = _callee_text(op)
+        return self.add("call", name, name, ("call", name, e.attrs), e, inputs, cluster, OpPattern.OPAQUE)
+
+    def _fused(self, call: Call, env) -> int:
+        from ..passes.fuse_ops import fused_groups
+        fn = call.op
+        group = fused_groups(fn)[0]
+        index = len(self.clusters)
+        self.clusters.append(Cluster(index, group.name, group.pattern, group.anchor))
+        inner = {p: env[a] for p, a in zip(fn.params, call.args)}
+        return self.walk(fn.body, inner, index)
+
+    def _other(self, e: Expr, env, cluster, let_value):
+        name = _OTHER_NAMES.get(type(e), type(e).__name__)
+        if isinstance(e, (GlobalVar, Constructor)):
+            name = _callee_text(e)
+        kids = [c for c in _children(e)]
+        return self.add("other", name, name, ("other", name), e, self.inputs(kids, env), cluster)
+
+
+_HANDLERS = {
+    Var: _Builder._var, Constant: _Builder._const, Tuple: _Builder._tuple,
+    TupleGetItem: _Builder._getitem, Let: _Builder._let, Call: _Builder._call,
+}
+
+
+def _as_function(obj, types: bool) -> Function:
+    """``@main`` of a module, a function, or an expression wrapped in one; typed when ``types``."""
+    from ..passes import InferType
+    if isinstance(obj, IRModule):
+        if "main" not in obj:
+            raise ValueError("to_dot: the module has no @main to draw")
+        main = obj["main"]
+        if types and main.body.type_or_none is None:
+            main = InferType()(obj)["main"]
+        return main
+    if isinstance(obj, Expr):
+        fn = obj if isinstance(obj, Function) else None
+        body = obj.body if fn is not None else obj
+        if types and body.type_or_none is None:
+            return InferType()(IRModule.from_expr(obj))["main"]
+        if fn is None:
+            return IRModule.from_expr(obj)["main"]
+        return fn
+    raise TypeError(f"to_dot: expected an IRModule, a Function or an expression, got {type(obj).__name__}")
+
+
+def dataflow_graph(mod_or_function, *, types: bool = True, max_label: int = 40) -> DataflowGraph:
+    """The :class:`DataflowGraph` that :func:`to_dot` draws (and :func:`relaybench.viz.diff`
+    compares)."""
+    fn = _as_function(mod_or_function, types)
+    b = _Builder(types, max_label)
+    env: dict = {}
+    for p in fn.params:
+        env[p] = b._var(p, env, None, {})
+    out = b.walk(fn.body, env, None)
+    return DataflowGraph(b.nodes, b.clusters, [out])
+
+
+# ---------------------------------------------------------------------------------------------
+# Drawing
+
+
+class GraphvizError(RuntimeError):
+    """The Graphviz executable is missing, failed or ran out of time."""
+
+
+class RelayDigraph(graphviz.Digraph):
+    """A ``graphviz.Digraph`` that renders through ``graphviz-pure`` (see :func:`render_svg`), so
+    it shows itself in a notebook without a system Graphviz."""
+
+    def pipe(self, format=None, renderer=None, formatter=None, neato_no_op=None, quiet=False, *,
+             engine=None, encoding=None):
+        fmt = format or self.format or "svg"
+        data = _run_graphviz(self.source, engine or self.engine or "dot", fmt)
+        return data.decode(encoding) if encoding is not None else data
+
+    def _repr_image_svg_xml(self) -> str:
+        return render_svg(self)
+
+    def _repr_svg_(self) -> str:
+        return render_svg(self)
+
+
+def _node_attrs(node: GraphNode) -> dict:
+    kind = node.kind
+    if kind == "call":
+        attrs = {"label": node.label, "shape": "box", "style": "rounded,filled",
+                 "fillcolor": PATTERN_COLORS.get(node.pattern, PATTERN_COLORS[OpPattern.OPAQUE])}
+        if is_layout_op(node.name):
+            attrs.update(style="rounded,filled,bold", penwidth="3", color=_LAYOUT_BORDER)
+        elif is_quantize_op(node.name):
+            attrs.update(style="rounded,filled,bold", penwidth="3", color=_QUANTIZE_BORDER)
+        return attrs
+    if kind == "var":
+        return {"label": node.label, "shape": "plaintext", "fontsize": "10", "height": "0.2"}
+    if kind == "const":
+        return {"label": node.label, "shape": "plaintext", "fontsize": "9", "fontcolor": "#616161",
+                "height": "0.2"}
+    if kind in ("tuple", "getitem"):
+        return {"label": node.label, "shape": "box", "fontsize": "8", "height": "0.2", "width": "0.3",
+                "margin": "0.02"}
+    return {"label": node.label, "shape": "ellipse", "style": "filled", "fillcolor": "#ffffff"}
+
+
+def _cluster_attrs(cluster: Cluster) -> dict:
+    pattern = PATTERN_NAMES.get(cluster.pattern, "") if cluster.pattern is not None else ""
+    return {"label": f"{cluster.name}\\n{pattern}", "style": "rounded,dashed", "color": "#757575",
+            "fontsize": "9", "fontname": "Helvetica", "labeljust": "l"}
+
+
+_PLAIN_ID = re.compile(r"([A-Za-z_][A-Za-z0-9_]*|-?(\.[0-9]+|[0-9]+(\.[0-9]*)?))\Z")
+_DOT_KEYWORDS = frozenset({"node", "edge", "graph", "digraph", "subgraph", "strict"})
+_UNESCAPED_QUOTE = re.compile(r'(?<!\\)"')
+
+
+def _quote(value: str) -> str:
+    """A DOT ID as the ``graphviz`` package writes it: bare when it may be, else in quotes (with
+    inner quotes escaped and escape sequences such as ``\\n`` kept)."""
+    if _PLAIN_ID.match(value) and value.lower() not in _DOT_KEYWORDS:
+        return value
+    return '"' + _UNESCAPED_QUOTE.sub('\\\\"', value) + '"'
+
+
+def _statement(head: str, attrs: dict) -> str:
+    """``\\tHEAD [label=... k=v ...]\\n`` with the label first and the other keys sorted, as
+    ``graphviz.Digraph.node`` writes it (written here directly: graphs of 100,000 nodes are drawn)."""
+    parts = []
+    label = attrs.get("label")
+    if label is not None:
+        parts.append(f"label={_quote(label)}")
+    for k in sorted(attrs):
+        if k != "label":
+            parts.append(f"{k}={_quote(str(attrs[k]))}")
+    return f"\t{head} [{' '.join(parts)}]\n" if parts else f"\t{head}\n"
+
+
+def draw(graph: DataflowGraph, name: str = "main", *, node_extra=None, extra=None) -> RelayDigraph:
+    """Draw a :class:`DataflowGraph`; ``node_extra(node) -> dict`` adds or changes a node's
+    attributes, ``extra(digraph)`` adds statements at the end (the diff's removed nodes)."""
+    g = RelayDigraph(name=name, graph_attr=_GRAPH_ATTRS, node_attr=_NODE_ATTRS, edge_attr=_EDGE_ATTRS)
+    emitted = set()
+
+    def node_statement(target, node):
+        attrs = _node_attrs(node)
+        if node_extra is not None:
+            attrs.update(node_extra(node) or {})
+        target.body.append(_statement(node.id, attrs))
+
+    for node in graph.nodes:
+        if node.cluster is None:
+            node_statement(g, node)
+            continue
+        if node.cluster in emitted:
+            continue
+        emitted.add(node.cluster)
+        cluster = graph.clusters[node.cluster]
+        with g.subgraph(name=f"cluster_{cluster.index}") as sub:
+            sub.attr(**_cluster_attrs(cluster))
+            for i in cluster.nodes:
+                node_statement(sub, graph.nodes[i])
+    limit = 2 * 40
+    labels: dict = {}
+    body = g.body
+    for node in graph.nodes:
+        for src, t in zip(node.inputs, node.input_types):
+            try:
+                label = labels.get(t)
+            except TypeError:  # a type that does not hash
+                label = None
+            if label is None:
+                label = _quote(_type_label(t, limit)) if t is not None else ""
+                try:
+                    labels[t] = label
+                except TypeError:
+                    pass
+            body.append(f"\tn{src} -> {node.id} [label={label}]\n" if label else f"\tn{src} -> {node.id}\n")
+    if extra is not None:
+        extra(g)
+    return g
+
+
+def legend() -> RelayDigraph:
+    """A small drawing of the colors and borders :func:`to_dot` uses."""
+    g = RelayDigraph(name="legend", graph_attr={"rankdir": "LR"}, node_attr=_NODE_ATTRS)
+    for kind in (OpPattern.ELEMWISE, OpPattern.BROADCAST, OpPattern.INJECTIVE, OpPattern.COMM_REDUCE,
+                 OpPattern.OUT_ELEMWISE_FUSABLE, OpPattern.OPAQUE):
+        g.node(f"k{int(kind)}", label=PATTERN_NAMES[kind], shape="box", style="rounded,filled",
+               fillcolor=PATTERN_COLORS[kind])
+    g.node("layout", label="layout_transform", shape="box", style="rounded,filled,bold", penwidth="3",
+           color=_LAYOUT_BORDER, fillcolor=PATTERN_COLORS[OpPattern.INJECTIVE])
+    g.node("quantize", label="quantization", shape="box", style="rounded,filled,bold", penwidth="3",
+           color=_QUANTIZE_BORDER, fillcolor=PATTERN_COLORS[OpPattern.OPAQUE])
+    return g
+
+
+def to_dot(mod_or_function, *, types: bool = True, max_label: int = 40) -> RelayDigraph:
+    """The dataflow graph of ``@main`` (or of a Function or an expression) as a ``graphviz.Digraph``.
+
+    ``types`` labels each edge with the shape and dtype of the value it carries (type inference
+    runs first when the program is not typed yet); ``max_label`` bounds each line of a node's
+    label. Fused primitive functions are drawn as ``cluster_K`` subgraphs labelled with the
+    group's name and pattern kind (the strongest among its operators', as
+    :func:`relaybench.passes.fuse_ops.fused_groups` reports it). :func:`legend` draws the colors.
+    """
+    graph = dataflow_graph(mod_or_function, types=types, max_label=max_label)
+    return draw(graph)
+
+
+# ---------------------------------------------------------------------------------------------
+# Rendering
+
+
+def find_graphviz() -> str:
+    """The Graphviz executable to run: ``graphviz-pure`` next to the running Python (a virtual
+    environment's ``bin``), else ``graphviz-pure`` or ``dot`` on PATH."""
+    bindir = os.path.dirname(sys.executable)
+    looked = []
+    for name in ("graphviz-pure", "graphviz-pure.exe"):
+        path = os.path.join(bindir, name)
+        looked.append(path)
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    for name in ("graphviz-pure", "dot"):
+        looked.append(f"{name} on PATH")
+        found = shutil.which(name)
+        if found:
+            return found
+    raise GraphvizError("render_svg: no Graphviz executable found (looked for " + ", ".join(looked)
+                        + "); install it with `pip install graphviz-pure` (the relaybench[lab] extra)")
+
+
+def _run_graphviz(source: str, engine: str, fmt: str, timeout: float = _RENDER_TIMEOUT) -> bytes:
+    exe = find_graphviz()
+    try:
+        proc = subprocess.run([exe, f"-K{engine}", f"-T{fmt}"], input=source.encode("utf-8"),
+                              capture_output=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise GraphvizError(f"render_svg: {exe} -K{engine} -T{fmt} ran past {timeout:g} s "
+                            f"on a graph of {source.count(chr(10))} lines") from None
+    if proc.returncode != 0:
+        err = proc.stderr.decode("utf-8", "replace").strip()
+        raise GraphvizError(f"render_svg: {exe} -K{engine} -T{fmt} failed (exit {proc.returncode}): "
+                            f"{err[:2000]}")
+    return proc.stdout
+
+
+def render_svg(digraph_or_dot_source, engine: str = "dot", *, timeout: float = _RENDER_TIMEOUT) -> str:
+    """SVG text (from ``<svg`` on, ready to embed in HTML) of a ``graphviz`` graph or DOT source,
+    drawn by the ``graphviz-pure`` executable (:func:`find_graphviz`) within ``timeout`` seconds."""
+    if isinstance(digraph_or_dot_source, (graphviz.Digraph, graphviz.Graph)):
+        source = digraph_or_dot_source.source
+    elif isinstance(digraph_or_dot_source, str):
+        source = digraph_or_dot_source
+    else:
+        raise TypeError("render_svg: expected a graphviz graph or DOT source text, got "
+                        f"{type(digraph_or_dot_source).__name__}")
+    svg = _run_graphviz(source, engine, "svg", timeout).decode("utf-8")
+    start = svg.find("<svg")
+    return svg[start:] if start >= 0 else svg

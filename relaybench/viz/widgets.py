@@ -1,0 +1,835 @@
+"""Notebook widgets: the pass explorer and the fusion view.
+
+Both are thin: they call the library's public verbs (the pass pipelines, the
+:class:`~relaybench.passes.instruments.Snapshots` instrument, :func:`relaybench.build`, the
+compiled module's ``benchmark`` / ``profile`` / ``source``, and the views of
+:mod:`relaybench.viz`) and lay the results out with ``ipywidgets``. Each is also driven from
+Python, so a test or a script can do what a click does:
+
+* :class:`PassExplorer` toggles and reorders the passes of a pipeline, runs them, steps through
+  the passes that changed the program (text diff, graph, op counts), and times the configuration
+  on the interpreter or a compiled target, keeping a table of every configuration timed.
+* :class:`FusionView` lists the fused groups of a compiled module with their time per call and
+  shows, for the group selected, its loop IR, LLVM IR, assembly and dataflow graph.
+
+A widget shows itself when it is the last expression of a cell (``_ipython_display_``); its
+``widget`` attribute is the ``ipywidgets`` box. The output areas carry stable CSS classes
+(``rb-ir-text``, ``rb-graph``, ``rb-results``, ...) and every pass check box is labelled with its
+pass's name, so a browser can find them.
+"""
+
+from __future__ import annotations
+
+import difflib
+import html
+import importlib
+import time
+from typing import Optional, Sequence
+
+import numpy as np
+
+__all__ = ["PassExplorer", "FusionView"]
+
+_VIEW_MODULES = {"to_dot": "dot", "render_svg": "dot", "diff": "snapshot_diff"}
+
+
+def _widgets():
+    try:
+        import ipywidgets
+    except ImportError as err:  # pragma: no cover - ipywidgets is a dependency of the workbench
+        raise ImportError("relaybench.viz widgets need ipywidgets: pip install ipywidgets") from err
+    return ipywidgets
+
+
+def _view(name: str):
+    """A view of :mod:`relaybench.viz` (``to_dot``, ``render_svg``, ``diff``), or None when its
+    module is not available, so the widgets fall back to plain text."""
+    try:
+        module = importlib.import_module(f"relaybench.viz.{_VIEW_MODULES[name]}")
+    except ImportError:
+        return None
+    return getattr(module, name, None)
+
+
+def _pre(text: str, css: str = "") -> str:
+    style = "font-family: monospace; font-size: 12px; white-space: pre; overflow: auto; margin: 0"
+    cls = f' class="{css}"' if css else ""
+    return f"<pre{cls} style=\"{style}\">{html.escape(text)}</pre>"
+
+
+def _graph_view(subject, cache: Optional[dict] = None) -> tuple:
+    """``(html, svg)`` for the dataflow graph of a module or function: the SVG drawn through
+    :func:`relaybench.viz.to_dot` and :func:`relaybench.viz.render_svg`, or, when those are not
+    available or the drawing fails, the program's text (``svg`` is then None)."""
+    if cache is not None and subject in cache:
+        return cache[subject]
+    to_dot, render_svg = _view("to_dot"), _view("render_svg")
+    result = None
+    note = "graph view unavailable (relaybench.viz.dot is missing)"
+    if to_dot is not None and render_svg is not None:
+        try:
+            svg = render_svg(to_dot(subject))
+            result = (f'<div style="overflow: auto; max-height: 600px">{svg}</div>', svg)
+        except Exception as err:  # graphviz missing or failing: show the text instead
+            note = f"graph view unavailable: {type(err).__name__}: {err}"
+    if result is None:
+        text = subject.astext() if hasattr(subject, "astext") else str(subject)
+        result = (f"<p><i>{html.escape(note)}</i></p>" + _pre(text), None)
+    if cache is not None:
+        cache[subject] = result
+    return result
+
+
+def _diff_html(record, diff=None) -> str:
+    """The program before and after a pass (a :class:`~relaybench.passes.instruments.PassRecord`)
+    side by side with the changes marked: the side-by-side view of ``diff`` (a
+    :class:`relaybench.viz.Diff` of the record) when given, else ``difflib``'s table of their text."""
+    before, after, label = record.before, record.after, record.label
+    note = ""
+    if diff is not None:
+        try:
+            return diff.side_by_side()
+        except Exception as err:  # fall back to the text diff, saying why
+            note = f"<p><i>{html.escape(f'relaybench.viz.diff failed: {type(err).__name__}: {err}')}</i></p>"
+    table = difflib.HtmlDiff(wrapcolumn=100).make_table(
+        before.astext().splitlines(), after.astext().splitlines(),
+        f"before {label}", f"after {label}", context=True, numlines=3)
+    return note + f'<div style="font-family: monospace; font-size: 12px; overflow: auto">{table}</div>'
+
+
+def _flatten(value) -> list:
+    from ..backends.build import flatten_result
+    return flatten_result(value)
+
+
+def _max_error(got, want) -> float:
+    a, b = _flatten(got), _flatten(want)
+    if len(a) != len(b) or any(x.shape != y.shape for x, y in zip(a, b)):
+        return float("inf")
+    errs = [float(np.max(np.abs(x.astype("float64") - y.astype("float64")))) if x.size else 0.0
+            for x, y in zip(a, b)]
+    return max(errs, default=0.0)
+
+
+def _agrees(got, want, rtol: float = 1e-4, atol: float = 1e-4) -> bool:
+    a, b = _flatten(got), _flatten(want)
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if x.shape != y.shape:
+            return False
+        scale = float(np.max(np.abs(y))) if y.size else 0.0
+        if not np.allclose(x, y, rtol=rtol, atol=atol * max(scale, 1.0), equal_nan=True):
+            return False
+    return True
+
+
+def _random_inputs(main, seed: int, where: str) -> dict:
+    """Seeded random arrays for the parameters of the (type-checked) function ``main``."""
+    from ..ir.types import TensorType
+    rng = np.random.default_rng(seed)
+    inputs = {}
+    for p in main.params:
+        ty = p.checked_type or p.type_annotation
+        if not isinstance(ty, TensorType) or not all(isinstance(d, int) for d in ty.shape):
+            raise ValueError(f"{where}: input %{p.name_hint} has the type {ty}; random inputs need "
+                             f"a tensor of known shape, so give its value in `inputs=`")
+        shape, dtype = tuple(ty.shape), np.dtype(ty.dtype)
+        if dtype.kind == "f":
+            inputs[p.name_hint] = rng.standard_normal(shape).astype(dtype)
+        elif dtype.kind in "iu":
+            inputs[p.name_hint] = rng.integers(0, 10, shape).astype(dtype)
+        elif dtype.kind == "b":
+            inputs[p.name_hint] = rng.integers(0, 2, shape).astype(dtype)
+        else:
+            raise ValueError(f"{where}: input %{p.name_hint}: no random values for dtype {dtype}; "
+                             f"give its value in `inputs=`")
+    return inputs
+
+
+def _known_targets() -> tuple:
+    """Where a configuration can run: the interpreter, then every target kind with a code
+    generator (:data:`relaybench.backends.target.KINDS`)."""
+    from ..backends.target import KINDS
+    return ("interpreter", *KINDS)
+
+
+# ---------------------------------------------------------------------------------------------
+# PassExplorer
+
+
+class PassExplorer:
+    """Toggle, reorder, run, step through and time the passes of a pipeline.
+
+    ``mod`` (an IRModule or a Function) with ``params`` (name -> array) bound into ``@main`` as
+    constants, as :func:`relaybench.build` does. ``pipeline``: the passes offered, in order, as a
+    pipeline string, a list of pass names, Pass objects or ``(name, {options})`` pairs; by default
+    Relay's build prefix (:data:`relaybench.passes.pipelines.DEFAULT_PASSES`), where FuseOps follows
+    the chosen opt_level. A pass that appears twice gets the labels ``FoldConstant`` and
+    ``FoldConstant#2``. ``targets``: where "Time it" may run (None: the interpreter and every
+    compiled target relaybench has); ``inputs``: the values of ``@main``'s remaining parameters
+    (default: seeded random arrays).
+
+    What a click does, Python does too:
+
+    >>> import relaybench as rb
+    >>> from relaybench import op
+    >>> x = rb.var("x", shape=(2,))
+    >>> explorer = PassExplorer(rb.IRModule.from_expr(rb.Function([x], op.nn.relu(x + x))))
+    >>> explorer.run()                            # the "Run passes" button
+    >>> [r.name for r in explorer.steps]          # the passes that changed the program
+    ['FuseOps']
+    >>> explorer.set_enabled("FuseOps", False)    # a click on its check box: runs again
+    >>> print(explorer.final_text)
+    #[version = "0.0.5"]
+    def @main(%x: Tensor[(2), float32]) /* ty=Tensor[(2), float32] */ {
+      %0 = add(%x, %x) /* ty=Tensor[(2), float32] */;
+      nn.relu(%0) /* ty=Tensor[(2), float32] */
+    }
+    >>> explorer.time("interpreter")["matches"]   # a row of explorer.results
+    True
+
+    **Running** applies the checked passes in their order in a
+    ``PassContext(opt_level, instruments=[Snapshots()])``; a pass whose own opt_level is above the
+    chosen one is reported as skipped, as in Relay. The stepper then goes over the passes that
+    changed the program (:attr:`steps`) and starts on the last, so the view shows the final
+    program. Once a run has happened, changing a check box, the order or the opt_level runs again
+    at once (``auto_run``; set it to False to run only on the button).
+
+    **Timing** runs the module the checked passes produced: the interpreter executes it; a
+    compiled target builds it with :func:`relaybench.build` with the build's own pipeline
+    disabled, so the program compiled is exactly the one shown, pass order included, and times it
+    with ``GraphModule.benchmark`` (median). Every configuration's result is checked against the
+    interpreter on the unoptimized program; :attr:`results` keeps one row per timing.
+    """
+
+    def __init__(self, mod, params: Optional[dict] = None, *, opt_level: int = 3, pipeline=None,
+                 targets: Optional[Sequence[str]] = None, inputs: Optional[dict] = None,
+                 seed: int = 0, auto_run: bool = True):
+        from ..ir.expr import Function
+        from ..ir.module import IRModule
+        from ..passes import InferType
+        from ..passes.bind_params import bind_params
+
+        if isinstance(mod, Function):
+            mod = IRModule.from_expr(mod)
+        if not isinstance(mod, IRModule):
+            raise TypeError(f"PassExplorer takes an IRModule or a Function, not {type(mod).__name__}")
+        if params:
+            mod = bind_params(mod, params)
+        self.mod = InferType()(mod)
+        self._entries = self._pipeline_entries(pipeline)
+        known = _known_targets()
+        if targets is None:
+            targets = known
+        unknown = [t for t in targets if t not in known]
+        if unknown:
+            raise ValueError(f"PassExplorer: unknown target {unknown[0]!r}; known: {', '.join(known)}")
+        self.targets = tuple(targets)
+        self.seed = seed
+        self.inputs = dict(inputs) if inputs is not None else \
+            _random_inputs(self.mod["main"], seed, "PassExplorer")
+        self.auto_run = auto_run
+        self.snapshots = None
+        self.steps: list = []
+        self.final = None
+        self.results: list = []
+        self.last_output = None
+        self.run_count = 0
+        self._ran_config = None
+        self._step = 0
+        self._reference = None
+        self._graph_cache: dict = {}
+        self._diffs: dict = {}
+        self._quiet = False
+        self._build_widgets(opt_level)
+        self._show_step()
+
+    # ---- the pipeline ---------------------------------------------------------------------------
+    @staticmethod
+    def _pipeline_entries(pipeline) -> list:
+        from ..passes.pipelines import DEFAULT_PASSES, build_pipeline
+        if pipeline is None:
+            items = [(name, dict(options)) for name, options in DEFAULT_PASSES]
+        else:
+            items = [(p.info.name, dict(p.info.options)) for p in build_pipeline(pipeline).passes]
+        entries, seen = [], {}
+        for name, options in items:
+            seen[name] = seen.get(name, 0) + 1
+            label = name if seen[name] == 1 else f"{name}#{seen[name]}"
+            entries.append({"label": label, "name": name, "options": options})
+        return entries
+
+    @property
+    def pass_names(self) -> list:
+        """The labels of the passes offered, in their current order."""
+        return [e["label"] for e in self._entries]
+
+    @property
+    def enabled(self) -> list:
+        """The labels of the checked passes, in order."""
+        return [e["label"] for e in self._entries if self.checkboxes[e["label"]].value]
+
+    @property
+    def disabled(self) -> list:
+        return [e["label"] for e in self._entries if not self.checkboxes[e["label"]].value]
+
+    @property
+    def opt_level(self) -> int:
+        return int(self.opt_level_slider.value)
+
+    def _entry(self, label: str) -> dict:
+        for e in self._entries:
+            if e["label"] == label:
+                return e
+        raise KeyError(f"PassExplorer: no pass labelled {label!r}; the passes are "
+                       f"{', '.join(self.pass_names)}")
+
+    def _config(self) -> tuple:
+        return (tuple(self.enabled), self.opt_level)
+
+    def _pipeline(self):
+        from ..passes.pipelines import build_pipeline
+        level = self.opt_level
+        items = []
+        for e in self._entries:
+            if self.checkboxes[e["label"]].value:
+                options = {k: (level if v == "opt_level" else v) for k, v in e["options"].items()}
+                items.append((e["name"], options))
+        return build_pipeline(items, name="explorer")
+
+    def set_enabled(self, name: str, enabled: bool = True) -> None:
+        """Check or uncheck the pass labelled ``name`` (re-runs when a run has happened)."""
+        self._entry(name)
+        self.checkboxes[name].value = bool(enabled)
+
+    def move(self, name: str, delta: int) -> None:
+        """Move the pass labelled ``name`` by ``delta`` places (negative: earlier), clamped to
+        the list; re-runs when a run has happened."""
+        entry = self._entry(name)
+        i = self._entries.index(entry)
+        j = min(max(i + int(delta), 0), len(self._entries) - 1)
+        if i == j:
+            return
+        self._entries.insert(j, self._entries.pop(i))
+        self.pass_box.children = [self.checkboxes[e["label"]] for e in self._entries]
+        self._changed()
+
+    # ---- running --------------------------------------------------------------------------------
+    def run(self) -> None:
+        """Run the checked passes in order under ``PassContext(opt_level, instruments=[Snapshots()])``
+        and show the last pass that changed the program."""
+        from ..passes.infra import PassContext
+        from ..passes.instruments import Snapshots
+        snaps = Snapshots()
+        pipeline = self._pipeline()
+        self._graph_cache.clear()   # the views of the last run's programs
+        self._diffs.clear()
+        self._status(f"running {len(pipeline.passes)} passes at opt_level {self.opt_level} ...")
+        with PassContext(opt_level=self.opt_level, instruments=[snaps]):
+            final = pipeline(self.mod)
+        self.snapshots = snaps
+        self.final = final
+        self.steps = [r for r in snaps.changed() if r.depth == 1]
+        self._ran_config = self._config()
+        self.run_count += 1
+        ran = len([r for r in snaps.ran() if r.depth == 1])
+        skipped = len([r for r in snaps.skipped() if r.depth == 1])
+        self._status(f"run {self.run_count}: {ran} passes ran, {skipped} skipped, "
+                     f"{len(self.steps)} changed the program")
+        self.pass_table.value = snaps.table()._repr_html_()
+        n = len(self.steps)
+        self._quiet = True
+        try:
+            self.step_slider.max = max(n - 1, 0)
+            self.step_slider.value = max(n - 1, 0)
+        finally:
+            self._quiet = False
+        self.step_slider.disabled = n == 0
+        self._step = max(n - 1, 0)
+        self._show_step()
+
+    def step(self, i: int) -> None:
+        """Show step ``i`` (0-based) of :attr:`steps`; negative counts from the end."""
+        n = len(self.steps)
+        if n == 0:
+            raise IndexError("PassExplorer.step: no pass changed the program (run the passes first)")
+        if not -n <= i < n:
+            raise IndexError(f"PassExplorer.step: step {i} of {n} (0 to {n - 1})")
+        self.step_slider.value = i % n   # the observer shows it
+
+    @property
+    def current(self):
+        """The :class:`~relaybench.passes.instruments.PassRecord` shown (None before a run or when
+        no pass changed the program)."""
+        return self.steps[self._step] if self.steps else None
+
+    @property
+    def current_module(self):
+        rec = self.current
+        if rec is not None:
+            return rec.after
+        return self.final if self.final is not None else self.mod
+
+    @property
+    def current_text(self) -> str:
+        """The program's text after the pass shown (the input program before a run)."""
+        rec = self.current
+        return rec.after_text if rec is not None else self.current_module.astext()
+
+    @property
+    def final_text(self) -> str:
+        """The program's text after every checked pass (the input program before a run)."""
+        return (self.final if self.final is not None else self.mod).astext()
+
+    @property
+    def current_svg(self) -> Optional[str]:
+        """The SVG of the graph shown, or None when the graph is shown as text."""
+        return self._graph()[1]
+
+    def _graph(self) -> tuple:
+        """``(html, svg)`` of the graph to show: the program after the current pass, or, with
+        "mark changes" checked, :func:`relaybench.viz.diff`'s graph of the step (added and
+        removed nodes highlighted)."""
+        rec = self.current
+        if rec is not None and self.mark_changes_box.value:
+            key = ("changes", rec.before, rec.after)
+            if key not in self._graph_cache:
+                d, render_svg = self._diff(rec), _view("render_svg")
+                result = None
+                if d is not None and render_svg is not None:
+                    try:
+                        svg = render_svg(d.graph())
+                        result = (f'<div style="overflow: auto; max-height: 600px">{svg}</div>', svg)
+                    except Exception:  # show the plain graph instead
+                        result = None
+                self._graph_cache[key] = result
+            if self._graph_cache[key] is not None:
+                return self._graph_cache[key]
+        return _graph_view(self.current_module, self._graph_cache)
+
+    def _show_step(self) -> None:
+        rec = self.current
+        total = len(self.steps)
+        if rec is None:
+            if self.snapshots is None:
+                head = "the input program (press <b>Run passes</b>)"
+            else:
+                head = "no pass changed the program"
+            self.step_label.value = f"<p>{head}</p>"
+            self.ir_html.value = _pre(self.current_text)
+        else:
+            ops = f"{rec.ops_before} &rarr; {rec.ops_after}" if rec.ops_before != rec.ops_after \
+                else f"{rec.ops_before} (same)"
+            nodes = f"{rec.nodes_before} &rarr; {rec.nodes_after}"
+            self.step_label.value = (f"<p>step {self._step + 1} of {total}: <b>{html.escape(rec.label)}</b>"
+                                     f" &nbsp; operators {ops} &nbsp; nodes {nodes} &nbsp; "
+                                     f"{rec.seconds * 1e3:.2f} ms{self._change_summary(rec)}</p>")
+            self.ir_html.value = _diff_html(rec, self._diff(rec))
+        self.ir_after.value = _pre(self.current_text)
+        self.graph_html.value = self._graph()[0]
+        self.prev_button.disabled = rec is None or self._step == 0
+        self.next_button.disabled = rec is None or self._step >= total - 1
+
+    def _diff(self, rec):
+        """:func:`relaybench.viz.diff` of a step (kept), or None when that view is unavailable."""
+        if rec not in self._diffs:
+            diff = _view("diff")
+            try:
+                self._diffs[rec] = diff(rec) if diff is not None else None
+            except Exception:  # the widget falls back to difflib's text diff
+                self._diffs[rec] = None
+        return self._diffs[rec]
+
+    def _change_summary(self, rec) -> str:
+        """The operators the pass removed and added, from the step's diff."""
+        d = self._diff(rec)
+        if d is None:
+            return ""
+        try:
+            summary = d.summary()
+        except Exception:  # the summary is an extra: the step shows without it
+            return ""
+        return f"<br><small>{html.escape(summary)}</small>"
+
+    def _changed(self) -> None:
+        """A check box, the order or the opt_level changed: re-run when a run has happened."""
+        if self.auto_run and self.snapshots is not None:
+            self.run()
+
+    # ---- timing ---------------------------------------------------------------------------------
+    def reference(self):
+        """The interpreter's result on the unoptimized program (computed once)."""
+        if self._reference is None:
+            from ..backends.executor import create_executor
+            self._reference = create_executor("interpreter", mod=self.mod).evaluate()(**self.inputs)
+        return self._reference
+
+    def time(self, target: Optional[str] = None, *, repeat: int = 3, number: int = 5) -> dict:
+        """Time the current configuration on ``target`` (default: the one chosen in the
+        dropdown); appends a row to :attr:`results` and returns it.
+
+        The row: ``#``, ``target``, ``opt_level``, ``passes`` (the checked ones, in order),
+        ``disabled``, ``latency_ms`` (median), ``speedup`` (over the first row), ``max_abs_error``
+        and ``matches`` (whether the result equals the interpreter's on the unoptimized program).
+        """
+        from ..backends.executor import create_executor
+        from ..passes.pipelines import DEFAULT_PASSES
+        target = target if target is not None else self.target_dropdown.value
+        if target not in self.targets:
+            raise ValueError(f"PassExplorer.time: unknown target {target!r}; this explorer runs on "
+                             f"{', '.join(self.targets)}")
+        if self._ran_config != self._config():
+            self.run()
+        mod = self.final
+        bar = self.progress
+        bar.max, bar.value = repeat + 3, 0
+        bar.description = target
+        self._status(f"timing on {target} ...")
+        reference = self.reference()
+        bar.value += 1
+        if target == "interpreter":
+            run = create_executor("interpreter", mod=mod).evaluate()
+            output = run(**self.inputs)
+            bar.value += 1
+            times = []
+            for _ in range(repeat):
+                start = time.perf_counter()
+                run(**self.inputs)
+                times.append((time.perf_counter() - start) * 1e3)
+                bar.value += 1
+            latency = float(np.median(times))
+        else:
+            from ..backends.build import build
+            names = {e["name"] for e in self._entries} | {name for name, _ in DEFAULT_PASSES}
+            graph = build(mod, target, opt_level=self.opt_level, disabled_pass=sorted(names))
+            bar.value += 1
+            output = graph.run(**self.inputs)
+            result = graph.benchmark(number=number, repeat=repeat)
+            bar.value += repeat
+            latency = result.median_ms
+        bar.value = bar.max
+        self.last_output = output
+        first = self.results[0]["latency_ms"] if self.results else latency
+        row = {"#": len(self.results), "target": target, "opt_level": self.opt_level,
+               "passes": tuple(self.enabled), "disabled": tuple(self.disabled),
+               "latency_ms": latency, "speedup": first / latency if latency > 0 else float("inf"),
+               "max_abs_error": _max_error(output, reference),
+               "matches": _agrees(output, reference)}
+        self.results.append(row)
+        self._show_results()
+        self._status(f"{target}: {latency:.3f} ms" +
+                     ("" if row["matches"] else " &mdash; <b>the result differs from the interpreter's</b>"))
+        return row
+
+    def results_table(self):
+        """:attr:`results` as a :class:`~relaybench.viz.Table` (order shown only when changed)."""
+        from .table import Table
+        original = [e["label"] for e in sorted(self._entries, key=lambda e: self._order[e["label"]])]
+        rows = []
+        for r in self.results:
+            in_order = [p for p in original if p in r["passes"]]
+            order = "pipeline order" if list(r["passes"]) == in_order else " → ".join(r["passes"])
+            rows.append({"#": r["#"], "target": r["target"], "opt_level": r["opt_level"],
+                         "disabled": ", ".join(r["disabled"]) or "-", "order": order,
+                         "latency (ms)": f"{r['latency_ms']:.3f}", "speedup": f"{r['speedup']:.2f}x",
+                         "max |error|": f"{r['max_abs_error']:.2g}",
+                         "matches interpreter": "yes" if r["matches"] else "NO"})
+        return Table(rows)
+
+    def _show_results(self) -> None:
+        self.results_html.value = self.results_table()._repr_html_() if self.results else \
+            "<p><i>no timings yet: choose a target and press <b>Time it</b></i></p>"
+
+    # ---- widgets --------------------------------------------------------------------------------
+    def _status(self, text: str) -> None:
+        self.status.value = f"<p>{text}</p>"
+
+    def _build_widgets(self, opt_level: int) -> None:
+        w = _widgets()
+        self._order = {e["label"]: i for i, e in enumerate(self._entries)}
+        self.checkboxes = {}
+        for e in self._entries:
+            box = w.Checkbox(value=True, description=e["label"], indent=False,
+                             layout=w.Layout(width="auto"))
+            box.add_class("rb-pass")
+            box.observe(lambda change: self._changed(), names="value")
+            self.checkboxes[e["label"]] = box
+        self.pass_box = w.VBox([self.checkboxes[e["label"]] for e in self._entries])
+        self.pass_box.add_class("rb-passes")
+        self.move_select = w.Dropdown(options=self.pass_names, description="move",
+                                      layout=w.Layout(width="260px"))
+        self.up_button = w.Button(description="up", icon="arrow-up", layout=w.Layout(width="80px"))
+        self.down_button = w.Button(description="down", icon="arrow-down", layout=w.Layout(width="80px"))
+        self.up_button.on_click(lambda _: self.move(self.move_select.value, -1))
+        self.down_button.on_click(lambda _: self.move(self.move_select.value, 1))
+        self.opt_level_slider = w.IntSlider(value=opt_level, min=0, max=4, description="opt_level")
+        self.opt_level_slider.observe(lambda change: self._changed(), names="value")
+        self.run_button = w.Button(description="Run passes", button_style="primary")
+        self.run_button.add_class("rb-run")
+        self.run_button.on_click(lambda _: self._click(self.run))
+        self.auto_run_box = w.Checkbox(value=self.auto_run, description="re-run on change",
+                                       indent=False)
+        self.auto_run_box.observe(lambda change: setattr(self, "auto_run", change["new"]), names="value")
+        self.status = w.HTML()
+        self.status.add_class("rb-status")
+
+        self.prev_button = w.Button(description="prev", icon="step-backward", layout=w.Layout(width="80px"))
+        self.next_button = w.Button(description="next", icon="step-forward", layout=w.Layout(width="80px"))
+        self.step_slider = w.IntSlider(value=0, min=0, max=0, description="step", disabled=True)
+        self.step_slider.observe(self._on_step, names="value")
+        self.prev_button.on_click(lambda _: self._nudge(-1))
+        self.next_button.on_click(lambda _: self._nudge(1))
+        self.step_label = w.HTML()
+        self.step_label.add_class("rb-step")
+        self.ir_html = w.HTML()
+        self.ir_html.add_class("rb-ir-text")
+        self.ir_after = w.HTML()
+        self.ir_after.add_class("rb-ir-after")
+        after_box = w.Accordion(children=[self.ir_after])
+        after_box.set_title(0, "the program after this pass")
+        after_box.selected_index = None
+        self.graph_html = w.HTML()
+        self.graph_html.add_class("rb-graph")
+        self.mark_changes_box = w.Checkbox(value=False, description="mark the pass's changes in the graph",
+                                           indent=False, layout=w.Layout(width="auto"))
+        self.mark_changes_box.add_class("rb-mark-changes")
+        self.mark_changes_box.observe(lambda change: self._show_step(), names="value")
+        self.pass_table = w.HTML()
+        self.pass_table.add_class("rb-pass-table")
+        table_box = w.Accordion(children=[self.pass_table])
+        table_box.set_title(0, "every pass of the last run")
+        table_box.selected_index = None
+
+        self.target_dropdown = w.Dropdown(options=list(self.targets), description="target",
+                                          value=self.targets[-1])
+        self.time_button = w.Button(description="Time it", button_style="info")
+        self.time_button.add_class("rb-time")
+        self.time_button.on_click(lambda _: self._click(self.time))
+        self.progress = w.IntProgress(value=0, min=0, max=1, description="")
+        self.progress.add_class("rb-progress")
+        self.results_html = w.HTML()
+        self.results_html.add_class("rb-results")
+        self._show_results()
+
+        self.widget = w.VBox([
+            w.HTML("<h4>Passes</h4>"),
+            w.HBox([self.pass_box,
+                    w.VBox([w.HBox([self.move_select, self.up_button, self.down_button]),
+                            self.opt_level_slider,
+                            w.HBox([self.run_button, self.auto_run_box]), self.status])]),
+            w.HTML("<h4>Step through the passes that changed the program</h4>"),
+            w.HBox([self.prev_button, self.step_slider, self.next_button]),
+            self.step_label, self.ir_html, after_box, self.mark_changes_box, self.graph_html, table_box,
+            w.HTML("<h4>Time this configuration</h4>"),
+            w.HBox([self.target_dropdown, self.time_button, self.progress]),
+            self.results_html,
+        ])
+        self.widget.add_class("rb-pass-explorer")
+
+    def _click(self, action) -> None:
+        try:
+            action()
+        except Exception as err:  # a click shows the error instead of losing it in the log
+            self._status(f"<b>{html.escape(type(err).__name__)}</b>: {html.escape(str(err))}")
+
+    def _on_step(self, change) -> None:
+        if self._quiet:
+            return
+        self._step = int(change["new"])
+        self._show_step()
+
+    def _nudge(self, delta: int) -> None:
+        if self.steps:
+            self.step(min(max(self._step + delta, 0), len(self.steps) - 1))
+
+    def _ipython_display_(self):
+        from IPython.display import display
+        display(self.widget)
+
+    def __repr__(self) -> str:
+        state = f"{len(self.steps)} steps" if self.snapshots is not None else "not run"
+        return (f"PassExplorer({len(self.enabled)} of {len(self._entries)} passes, "
+                f"opt_level {self.opt_level}, {state}, {len(self.results)} timings)")
+
+
+# ---------------------------------------------------------------------------------------------
+# FusionView
+
+
+class FusionView:
+    """The fused groups of a compiled module, with the code of the one selected.
+
+    ``mod_or_compiled``: a :class:`~relaybench.backends.graph_executor.GraphModule` (from
+    :func:`relaybench.build`), or a module or function, which is then built for ``target`` at
+    ``opt_level`` with ``params``. ``profile``: time every group (``GraphModule.profile`` on
+    seeded random inputs, or ``inputs``).
+
+    :attr:`groups` has one row per distinct kernel: name, ops, pattern kind, anchor op, schedule
+    rule, calls per run and time per call. :meth:`select` picks one (by name or index); the view
+    then shows its loop IR, LLVM IR and assembly in tabs (:meth:`current_source`) and the
+    dataflow graph of its Primitive function.
+
+    >>> import relaybench as rb
+    >>> from relaybench import op
+    >>> x = rb.var("x", shape=(2,))
+    >>> view = FusionView(rb.build(rb.Function([x], op.nn.relu(x + x))), profile=False)
+    >>> [(g["group"], g["ops"], g["pattern"], g["anchor"]) for g in view.groups]
+    [('fused_add_nn_relu', 'add, nn.relu', 'BROADCAST', 'add')]
+    >>> view.select("fused_add_nn_relu")
+    >>> "for " in view.current_source("loops")
+    True
+    """
+
+    SOURCES = (("loops", "loop IR"), ("llvm", "LLVM IR"), ("asm", "assembly"))
+
+    def __init__(self, mod_or_compiled, params: Optional[dict] = None, *, target="llvm",
+                 opt_level: int = 3, profile: bool = True, inputs: Optional[dict] = None,
+                 seed: int = 0, number: int = 5):
+        from ..backends.graph_executor import GraphModule
+        if isinstance(mod_or_compiled, GraphModule):
+            if params:
+                raise ValueError("FusionView: params go with a module to build, not with a "
+                                 "compiled GraphModule")
+            self.module = mod_or_compiled
+        else:
+            from ..backends.build import build
+            self.module = build(mod_or_compiled, target, params=params, opt_level=opt_level)
+        self.kernels = self.module.kernels
+        self.profile = None
+        if profile:
+            if inputs is None:
+                inputs = self._random_inputs(seed)
+            self.profile = self.module.profile(number=number, **inputs)
+        self.groups = self._rows()
+        self._sources: dict = {}
+        self._graph_cache: dict = {}
+        self.selected = None
+        self._build_widgets()
+        if self.kernels:
+            self.select(self._default_group())
+
+    def _random_inputs(self, seed: int) -> dict:
+        rng = np.random.default_rng(seed)
+        inputs = {}
+        for name, (shape, dtype) in self.module.input_info().items():
+            dt = np.dtype(dtype)
+            if dt.kind == "f":
+                inputs[name] = rng.standard_normal(shape).astype(dt)
+            elif dt.kind in "iub":
+                inputs[name] = rng.integers(0, 2 if dt.kind == "b" else 10, shape).astype(dt)
+            else:
+                raise ValueError(f"FusionView: input {name!r}: no random values for dtype {dt}; "
+                                 f"give its value in `inputs=`")
+        return inputs
+
+    def _rows(self) -> list:
+        from ..passes.fuse_ops import fused_groups
+        timed = {r["group"]: r for r in self.profile.groups} if self.profile is not None else {}
+        calls: dict = {}
+        for name, *_ in self.module.groups:
+            base = name.split("#")[0]
+            calls[base] = calls.get(base, 0) + 1
+        rows = []
+        for i, k in enumerate(self.kernels):
+            described = fused_groups(k.function)
+            anchor = described[0].anchor if described else None
+            t = timed.get(k.name, {})
+            rows.append({"#": i, "group": k.name, "ops": ", ".join(k.ops) or "copy",
+                         "pattern": k.pattern, "anchor": anchor or "", "rule": k.rule,
+                         "calls": calls.get(k.name, 0), "ms/call": t.get("ms/call", ""),
+                         "%": t.get("%", "")})
+        return rows
+
+    def _default_group(self) -> int:
+        """The group taking the most time (the first when not profiled)."""
+        if self.profile is None:
+            return 0
+        times = [r["ms/call"] * r["calls"] if isinstance(r["ms/call"], float) else 0.0
+                 for r in self.groups]
+        return int(np.argmax(times)) if times else 0
+
+    def table(self):
+        from .table import Table
+        return Table(self.groups)
+
+    def _index(self, name_or_index) -> int:
+        if isinstance(name_or_index, (int, np.integer)):
+            n = len(self.kernels)
+            if not -n <= name_or_index < n:
+                raise IndexError(f"FusionView.select: group {name_or_index} of {n}")
+            return int(name_or_index) % n
+        for i, k in enumerate(self.kernels):
+            if k.name == name_or_index:
+                return i
+        raise KeyError(f"FusionView.select: no group named {name_or_index!r}; the groups are "
+                       f"{', '.join(k.name for k in self.kernels)}")
+
+    def select(self, name_or_index) -> None:
+        """Show the group with this name or index in :attr:`groups`."""
+        name = self.kernels[self._index(name_or_index)].name
+        if self.group_select.value == name:
+            self._show(name)
+        else:
+            self.group_select.value = name   # the observer shows it
+
+    def current_source(self, kind: str = "loops") -> str:
+        """The selected group's ``"loops"``, ``"llvm"`` or ``"asm"`` source."""
+        if self.selected is None:
+            raise ValueError("FusionView: no group selected")
+        key = (self.selected, kind)
+        if key not in self._sources:
+            self._sources[key] = self.module.source(kind, group=self.selected)
+        return self._sources[key]
+
+    @property
+    def current_kernel(self):
+        return self.kernels[self._index(self.selected)] if self.selected is not None else None
+
+    @property
+    def current_svg(self) -> Optional[str]:
+        k = self.current_kernel
+        return None if k is None else _graph_view(k.function, self._graph_cache)[1]
+
+    def _show(self, name: str) -> None:
+        self.selected = name
+        for (kind, _title), box in zip(self.SOURCES, self.source_html):
+            box.value = _pre(self.current_source(kind))
+        k = self.current_kernel
+        row = self.groups[self._index(name)]
+        self.group_label.value = (f"<p><b>{html.escape(k.name)}</b>: {html.escape(row['ops'])}; "
+                                  f"pattern {html.escape(row['pattern'])}, anchor "
+                                  f"{html.escape(row['anchor'] or '-')}, schedule "
+                                  f"{html.escape(row['rule'])}</p>")
+        self.graph_html.value = _graph_view(k.function, self._graph_cache)[0]
+
+    def _build_widgets(self) -> None:
+        w = _widgets()
+        self.table_html = w.HTML(self.table()._repr_html_())
+        self.table_html.add_class("rb-fusion-table")
+        self.group_select = w.Dropdown(options=[k.name for k in self.kernels], description="group",
+                                       layout=w.Layout(width="520px"))
+        self.group_select.add_class("rb-group-select")
+        self.group_select.observe(lambda change: self._show(change["new"]), names="value")
+        self.group_label = w.HTML()
+        self.source_html = []
+        for kind, _title in self.SOURCES:
+            box = w.HTML()
+            box.add_class(f"rb-source-{kind}")
+            self.source_html.append(box)
+        self.tabs = w.Tab(children=self.source_html)
+        for i, (_kind, title) in enumerate(self.SOURCES):
+            self.tabs.set_title(i, title)
+        self.tabs.add_class("rb-source")
+        self.graph_html = w.HTML()
+        self.graph_html.add_class("rb-graph")
+        self.widget = w.VBox([w.HTML("<h4>Fused groups</h4>"), self.table_html, self.group_select,
+                              self.group_label, self.tabs, self.graph_html])
+        self.widget.add_class("rb-fusion-view")
+
+    def _ipython_display_(self):
+        from IPython.display import display
+        display(self.widget)
+
+    def __repr__(self) -> str:
+        return f"FusionView({len(self.kernels)} groups, selected {self.selected})"
