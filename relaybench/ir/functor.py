@@ -33,7 +33,8 @@ from .expr import (Call, Clause, Constant, Constructor, Expr, Function, GlobalVa
                    Op, Pattern, PatternConstructor, PatternTuple, PatternVar, PatternWildcard,
                    RefCreate, RefRead, RefWrite, Tuple, TupleGetItem, Var, expr_children)
 
-__all__ = ["ExprFunctor", "ExprVisitor", "ExprMutator", "post_order_visit", "post_order"]
+__all__ = ["ExprFunctor", "ExprVisitor", "ExprMutator", "FusedAwareMutator", "post_order_visit",
+           "post_order"]
 
 
 _METHOD = {
@@ -234,6 +235,20 @@ class ExprMutator(ExprFunctor):
     def visit_ref_write(self, node):
         r, v = self.visit(node.ref), self.visit(node.value)
         return node if r is node.ref and v is node.value else RefWrite(r, v).with_span(node.span)
+
+
+class FusedAwareMutator(ExprMutator):
+    """An :class:`ExprMutator` that leaves fused (``Primitive=1``) functions as they are: it
+    neither descends into them nor rebuilds them, as Relay's passes after FuseOps do. Subclasses
+    that narrow :meth:`children_to_visit` further call ``super()`` for the other nodes."""
+
+    def children_to_visit(self, expr: Expr):
+        if isinstance(expr, Function) and expr.is_primitive:
+            return ()
+        return expr_children(expr)
+
+    def visit_function(self, fn):
+        return fn if fn.is_primitive else super().visit_function(fn)
 
 
 def post_order(expr: Expr, children=expr_children) -> list:

@@ -20,8 +20,8 @@ fn (%x: Tensor[(1, 4, 8, 8), float32], %b: Tensor[(4), float32]) {
 
 from __future__ import annotations
 
-from ..ir.expr import Call, Expr, Function, Op, expr_children
-from ..ir.functor import ExprMutator
+from ..ir.expr import Call, Function, Op
+from ..ir.functor import FusedAwareMutator
 from ..ir.types import TensorType
 from .fold_constant import TypeOracle
 from .infra import function_pass
@@ -44,20 +44,11 @@ def _bias_add(type_of, call: Call, args: list):
 _RULES = {"nn.bias_add": _bias_add}
 
 
-class _Canonicalizer(ExprMutator):
+class _Canonicalizer(FusedAwareMutator):
     def __init__(self, func: Function, mod):
         super().__init__()
         self.type_of = TypeOracle(func, mod)
 
-    def children_to_visit(self, expr: Expr):
-        if isinstance(expr, Function) and expr.is_primitive:
-            return ()
-        return expr_children(expr)
-
-    def visit_function(self, fn):
-        if fn.is_primitive:
-            return fn
-        return super().visit_function(fn)
 
     def visit_call(self, call):
         if isinstance(call.op, Op):

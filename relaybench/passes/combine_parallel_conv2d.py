@@ -45,7 +45,7 @@ from typing import Optional
 
 from .. import op as _op
 from ..ir.expr import Call, Constant, Expr, Function, Op, Tuple, expr_children
-from ..ir.functor import ExprMutator
+from ..ir.functor import FusedAwareMutator
 from ..ir.layout import Layout
 from ..ir.structural import structural_equal
 from ..ir.types import TensorType
@@ -281,24 +281,21 @@ class ParallelOpCombiner:
         return self.split_output(combined, branches, depth)
 
 
-class _GroupRewriter(ExprMutator):
+class _GroupRewriter(FusedAwareMutator):
     def __init__(self, combiner: ParallelOpCombiner, groups: list, last_of: dict, inputs: dict):
         super().__init__()
         self.combiner, self.groups, self.last_of, self.inputs = combiner, groups, last_of, inputs
         self.built: dict = {}
 
     def children_to_visit(self, expr):
-        if isinstance(expr, Function) and expr.is_primitive:
-            return ()
-        kids = expr_children(expr)
+        kids = super().children_to_visit(expr)
         hit = self.last_of.get(expr)
         if hit is not None:
             # the combined call is built from every branch's inputs: visit them first
             return tuple(kids) + tuple(self.inputs[hit[0]])
         return kids
 
-    def visit_function(self, fn):
-        return fn if fn.is_primitive else super().visit_function(fn)
+
 
     def visit_call(self, call):
         hit = self.last_of.get(call)

@@ -39,7 +39,7 @@ from __future__ import annotations
 from collections import Counter
 
 from ..ir.expr import Constructor, Expr, Function, Let, Match, Op, Var, expr_children
-from ..ir.functor import ExprFunctor, ExprMutator
+from ..ir.functor import ExprFunctor, FusedAwareMutator
 from ..ir.module import IRModule
 from .infra import module_pass
 
@@ -145,7 +145,7 @@ def _count_live_uses(body: Expr, purity: PurityAnalysis, ignore_impurity: bool) 
     return uses
 
 
-class _Eliminator(ExprMutator):
+class _Eliminator(FusedAwareMutator):
     """Rebuilds a function without its dead bindings (and, with ``inline_once``, single uses)."""
 
     def __init__(self, uses: Counter, purity: PurityAnalysis, inline_once: bool, ignore_impurity: bool):
@@ -156,14 +156,7 @@ class _Eliminator(ExprMutator):
     def children_to_visit(self, expr: Expr):
         if isinstance(expr, Let):
             return ()  # visit_let walks the chain itself, bindings before the body
-        if isinstance(expr, Function) and expr.is_primitive:
-            return ()
-        return expr_children(expr)
-
-    def visit_function(self, fn):
-        if fn.is_primitive:
-            return fn
-        return super().visit_function(fn)
+        return super().children_to_visit(expr)
 
     def visit_let(self, let):
         kept = []

@@ -37,8 +37,8 @@ from typing import Optional
 
 import numpy as np
 
-from ..ir.expr import Call, Constant, Expr, Function, Let, Op, Tuple, expr_children
-from ..ir.functor import ExprMutator
+from ..ir.expr import Call, Constant, Expr, Function, Let, Op, Tuple
+from ..ir.functor import FusedAwareMutator
 from ..ir.types import TensorType, TupleType, Type
 from .dead_code_elimination import PurityAnalysis
 from .infra import function_pass
@@ -121,7 +121,7 @@ class TypeOracle:
         return t
 
 
-class _ConstantFolder(ExprMutator):
+class _ConstantFolder(FusedAwareMutator):
     def __init__(self, func: Function, mod):
         super().__init__()
         self.type_of = TypeOracle(func, mod)
@@ -130,16 +130,9 @@ class _ConstantFolder(ExprMutator):
     def children_to_visit(self, expr: Expr):
         if isinstance(expr, Let):
             return ()  # visit_let walks the chain: each binding before the body
-        if isinstance(expr, Function) and expr.is_primitive:
-            return ()
-        return expr_children(expr)
+        return super().children_to_visit(expr)
 
     # ---- nodes -------------------------------------------------------------------------------
-    def visit_function(self, fn):
-        if fn.is_primitive:
-            return fn
-        return super().visit_function(fn)
-
     def visit_let(self, let):
         kept = []
         node = let

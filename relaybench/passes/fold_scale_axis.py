@@ -55,7 +55,7 @@ from typing import Optional
 import numpy as np
 
 from ..ir.expr import Call, Constant, Function, Op, expr_children
-from ..ir.functor import ExprMutator, post_order
+from ..ir.functor import FusedAwareMutator, post_order
 from ..ir.layout import Layout
 from ..ir.types import TensorType
 from .infra import Sequential, get_pass, module_pass, register_pass, typed
@@ -327,20 +327,11 @@ class _Backward:
                 stack.append((node.args[i], scale + [node.args[1 - i]]))
 
 
-class _BackwardRewriter(ExprMutator):
+class _BackwardRewriter(FusedAwareMutator):
     def __init__(self, plan: _Backward):
         super().__init__()
         self.plan = plan
 
-    def children_to_visit(self, expr):
-        if isinstance(expr, Function) and expr.attrs.get("Primitive"):
-            return ()
-        return expr_children(expr)
-
-    def visit_function(self, fn):
-        if fn.attrs.get("Primitive"):
-            return fn
-        return super().visit_function(fn)
 
     def _scale(self, factors):
         return _product([self.visit(f) for f in factors])
@@ -398,7 +389,7 @@ class _Scaled:
         self.base, self.scale, self.axis = base, scale, axis
 
 
-class _Forward(ExprMutator):
+class _Forward(FusedAwareMutator):
     def __init__(self, func):
         super().__init__()
         self.func = func
@@ -454,15 +445,6 @@ class _Forward(ExprMutator):
         return (axes.pop(), level) if len(axes) == 1 else None
 
     # ---- rewriting --------------------------------------------------------------------------
-    def children_to_visit(self, expr):
-        if isinstance(expr, Function) and expr.attrs.get("Primitive"):
-            return ()
-        return expr_children(expr)
-
-    def visit_function(self, fn):
-        if fn.attrs.get("Primitive"):
-            return fn
-        return super().visit_function(fn)
 
     def _pending(self, node, base, scale, axis):
         self.scaled[node] = _Scaled(base, scale, axis)

@@ -36,10 +36,10 @@ def @main(%y: Tensor[(2), float32]) {
 from __future__ import annotations
 
 from ..ir.attrs import Attrs
-from ..ir.expr import (Call, Clause, Expr, Function, GlobalVar, If, Let, Match, RefCreate, RefRead, RefWrite,
-                       Tuple, TupleGetItem, Var, expr_children)
+from ..ir.expr import (Call, Clause, Expr, Function, GlobalVar, If, Let, Match, RefCreate, RefRead,
+                       RefWrite, Tuple, TupleGetItem, Var)
 from ..ir.analysis import strongly_connected_components
-from ..ir.functor import ExprMutator, post_order
+from ..ir.functor import ExprMutator, FusedAwareMutator, post_order
 from ..ir.module import IRModule
 from ..ir.symbolic import free_symvars
 from ..ir.type_solver import type_children
@@ -148,7 +148,7 @@ def _without_inline(attrs: Attrs) -> Attrs:
 # The inliner
 
 
-class _Inliner(ExprMutator):
+class _Inliner(FusedAwareMutator):
     def __init__(self, functions: dict, inlinable: set, purity: PurityAnalysis):
         super().__init__()
         self.functions = functions  # name -> the function, its own inlinable calls already expanded
@@ -161,16 +161,9 @@ class _Inliner(ExprMutator):
         return None
 
     def children_to_visit(self, expr: Expr):
-        if isinstance(expr, Function) and expr.is_primitive:
-            return ()
         if isinstance(expr, Call) and self._target(expr.op) is not None:
             return expr.args  # the callee is replaced, not visited as a value
-        return expr_children(expr)
-
-    def visit_function(self, fn):
-        if fn.is_primitive:
-            return fn
-        return super().visit_function(fn)
+        return super().children_to_visit(expr)
 
     def visit_global_var(self, gv):
         callee = self._target(gv)

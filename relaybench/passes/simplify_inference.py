@@ -50,8 +50,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.expr import Call, Constant, Expr, Function, Op, Tuple, TupleGetItem, expr_children
-from ..ir.functor import ExprMutator
+from ..ir.expr import Call, Constant, Expr, Function, Op, Tuple, TupleGetItem
+from ..ir.functor import FusedAwareMutator
 from ..ir.types import TensorType
 from .fold_constant import TypeOracle
 from .infra import function_pass
@@ -138,23 +138,17 @@ def _rule_op(e: Expr):
     return e.op.name if isinstance(e, Call) and isinstance(e.op, Op) else None
 
 
-class _InferenceSimplifier(ExprMutator):
+class _InferenceSimplifier(FusedAwareMutator):
     def __init__(self, func: Function, mod):
         super().__init__()
         self.type_of = TypeOracle(func, mod)
         self.fields: dict = {}  # tuple-valued call -> its fields built so far
 
     def children_to_visit(self, expr: Expr):
-        if isinstance(expr, Function) and expr.is_primitive:
-            return ()
         if isinstance(expr, TupleGetItem) and _rule_op(expr.tuple_value) in _TUPLE_RULES:
             return expr.tuple_value.args  # the field is built from the arguments alone
-        return expr_children(expr)
+        return super().children_to_visit(expr)
 
-    def visit_function(self, fn):
-        if fn.is_primitive:
-            return fn
-        return super().visit_function(fn)
 
     def _field(self, call: Call, index: int):
         n, rule = _TUPLE_RULES[call.op.name]
