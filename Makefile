@@ -2,6 +2,7 @@
 #   make lab     create .venv if needed, install, start JupyterLab on notebooks/
 #   make test    create or update .venv, install Chromium if missing (for tests/browser), run every
 #                test, then every notebook under nbval
+#   make fuzz    random programs on every executor against the interpreter (N, SEED, JOBS, FUZZ_OUT)
 
 PYTHON ?= python3
 VENV   := .venv
@@ -16,7 +17,7 @@ CHROMIUM_LOG := $(VENV)/chromium-install.log
 # Extra flags for `make lab`; jupyter refuses to run as root without --allow-root (containers).
 LAB_FLAGS ?= $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: venv chromium lab test notebooks bench-scale clean distclean
+.PHONY: venv chromium lab test notebooks bench-scale fuzz clean distclean
 
 venv: $(STAMP)
 
@@ -68,6 +69,16 @@ notebooks: venv
 
 bench-scale: venv
 	$(PY) bench/scale.py
+
+# Random programs, seeds SEED .. SEED+N-1, in JOBS worker processes (default: one per core);
+# failing programs, and one minimized program per failure class, go to FUZZ_OUT. Fails when any
+# program does. Rerun one with `relaybench fuzz --replay FUZZ_OUT/FILE.rly`.
+N        ?= 200
+SEED     ?= 0
+JOBS     ?= $(shell nproc 2>/dev/null || echo 2)
+FUZZ_OUT ?= fuzz-out
+fuzz: venv
+	$(PY) -m relaybench fuzz --n $(N) --seed $(SEED) --jobs $(JOBS) --out $(FUZZ_OUT) --minimize
 
 clean:
 	rm -rf build dist .pytest_cache .hypothesis bench/out

@@ -28,6 +28,7 @@ _LAZY = {
     "build": ("relaybench.backends.build", "build"),
     "viz": ("relaybench.viz", None),
     "experiments": ("relaybench.experiments", None),
+    "testing": ("relaybench.testing", None),
     "parse": ("relaybench.ir.parser", "parse"),
     "structural_equal": ("relaybench.ir.structural", "structural_equal"),
     "structural_hash": ("relaybench.ir.structural", "structural_hash"),

@@ -12,6 +12,8 @@ from the table.
     $ relaybench show model.rly --passes fold-constant,fuse-ops --format svg --out model.svg
     $ relaybench bench resnet18 --target llvm --image-shape 3,64,64
     $ relaybench reproduce composability --out results/ --models resnet18,dqn --quick
+    $ relaybench fuzz --n 300 --seed 1000 --jobs 2 --out fuzz-out --minimize
+    $ relaybench fuzz --replay fuzz-out/min_0_seed1036.rly
 
 Errors that relaybench raises on purpose (a parse error, a type error, an unknown model or pass)
 are printed to stderr without a traceback and give exit status 1; a bad command line gives
@@ -359,6 +361,81 @@ def _run_reproduce(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- fuzz ----------------------------------------------------------------------------------
+
+def _configure_fuzz(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--n", type=_positive, default=100, metavar="N",
+                        help="how many programs: seeds SEED .. SEED+N-1 (default: 100)")
+    parser.add_argument("--seed", type=int, default=0, metavar="S",
+                        help="the first seed (default: 0)")
+    parser.add_argument("--jobs", type=_positive, metavar="J",
+                        help="worker processes (default: one per core)")
+    parser.add_argument("--configs", nargs="+", metavar="CONFIG",
+                        help="configurations, by comma or space (default: all; see --list)")
+    parser.add_argument("--out", type=Path, metavar="DIR",
+                        help="write each failing program (Relay text) to DIR")
+    parser.add_argument("--minimize", action="store_true",
+                        help="also write one minimized program per failure class to DIR")
+    parser.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS",
+                        help="per program; a program past it is a failure (default: 120)")
+    parser.add_argument("--replay", type=Path, metavar="FILE.rly",
+                        help="rerun one saved program on the configurations instead")
+    parser.add_argument("--input-seed", type=int, default=0, metavar="K",
+                        help="with --replay: the seed of the input values (default: 0)")
+    parser.add_argument("--list", action="store_true",
+                        help="list the configurations and the ops the generator leaves out")
+
+
+def _run_fuzz(args: argparse.Namespace) -> int:
+    from relaybench.testing.differential import CONFIGS
+
+    configs = _names(args.configs) or None
+    unknown = [c for c in configs or () if c not in CONFIGS]
+    if unknown:
+        return _fail(f"unknown configuration {unknown[0]!r}; known: {', '.join(CONFIGS)}")
+    if args.list:
+        from relaybench.testing.random_programs import OP_GENERATORS, uncovered_ops
+        for config in CONFIGS.values():
+            print(f"{config.name:12s} {config.description}")
+        print(f"\n{len(OP_GENERATORS)} ops generated; registry ops with a compute left out:")
+        for name, why in sorted(uncovered_ops().items()) or [("(none)", "")]:
+            print(f"  {name} {why}")
+        return 0
+    if args.replay is not None:
+        return _replay(args.replay, configs, args.input_seed)
+    if args.minimize and args.out is None:
+        return _fail("--minimize needs --out DIR")
+    from relaybench.testing.fuzz import fuzz
+
+    def progress(line: str) -> None:
+        print(line, flush=True)
+
+    summary = fuzz(range(args.seed, args.seed + args.n), jobs=args.jobs, configs=configs,
+                   timeout=args.timeout, out=args.out, minimize=args.minimize,
+                   progress=progress)
+    print()
+    print(summary.table())
+    if summary.written:
+        print(f"wrote {len(summary.written)} programs to {args.out}")
+    return 0 if summary.ok else 1
+
+
+def _replay(path: Path, configs, input_seed: int) -> int:
+    from relaybench.errors import RelayError
+    from relaybench.ir.parser import parse
+    from relaybench.testing.differential import run_differential
+
+    try:
+        mod = parse(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as err:
+        return _fail(f"cannot read {path}: {err}")
+    except RelayError as err:
+        return _fail(f"{path}: {err}")
+    report = run_differential(mod, seed=input_seed, configs=configs)
+    print(report)
+    return 0 if report.ok else 1
+
+
 # --- the table -----------------------------------------------------------------------------
 
 COMMANDS: dict[str, Command] = {
@@ -372,6 +449,8 @@ COMMANDS: dict[str, Command] = {
                 _configure_bench, _run_bench),
         Command("reproduce", "run one of the paper's experiments and write its table and figure",
                 _configure_reproduce, _run_reproduce),
+        Command("fuzz", "check random programs on every executor against the interpreter "
+                "(or --replay a saved one)", _configure_fuzz, _run_fuzz),
     )
 }
 

@@ -104,6 +104,9 @@ KNOBS: Mapping[str, Knob] = _table(
          "threads for compiled CPU kernels; 0 means the number of cores", minimum=0),
     Knob("RB_TARGET", "str", "llvm",
          "the default build target when none is given"),
+    Knob("RB_KERNEL_CACHE_SIZE", "int", 512,
+         "compiled kernel modules kept loaded in memory; beyond it the least recently used are "
+         "freed once no kernel uses them (the disk cache keeps them all)", minimum=0),
 )
 
 

@@ -286,7 +286,8 @@ def _compile_one(func: Function, name: str, target: Target, stats: CompileStats,
             from err
     t2 = time.perf_counter()
     stats.compile_seconds += t2 - t1
-    constants = [np.ascontiguousarray(c) for c in lowered.constants]
+    from .graph_executor import contiguous
+    constants = [contiguous(c) for c in lowered.constants]
     return GroupKernel(name, func, lowered, compiled, lower_seconds=t1 - t0,
                        compile_seconds=t2 - t1, constants=constants)
 

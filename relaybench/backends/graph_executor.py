@@ -162,6 +162,13 @@ def _wrap_op_call(call: Call) -> Function:
     return func
 
 
+def contiguous(data) -> np.ndarray:
+    """``data`` as a C-contiguous, aligned array of the same shape. Unlike
+    ``np.ascontiguousarray``, which gives a rank-0 array back with shape ``(1,)``, a rank-0 value
+    stays rank-0: its entry, buffer and result keep the type ``Tensor[(), dtype]``."""
+    return np.require(data, requirements=("C", "A"))
+
+
 def _is_scalar_constant(expr) -> bool:
     return isinstance(expr, Constant) and np.ndim(expr.data) == 0
 
@@ -215,7 +222,7 @@ def extract_graph(main: Function) -> Graph:
             if node not in values:
                 raise CompileError(f"@main: free variable %{node.name_hint}")
         elif isinstance(node, Constant):
-            data = np.ascontiguousarray(node.data)
+            data = contiguous(node.data)
             values[node] = new_entry(TensorType(data.shape, data.dtype.name), "constant", data)
         elif isinstance(node, Tuple):
             values[node] = tuple(values[f] for f in node.fields)

@@ -4,7 +4,10 @@
 per call (the target's strategy may substitute its own compute for the anchor, as TVM's x86
 ``conv2d_NCHWc`` does), hands them to the target's strategy, which inlines the injective and
 elementwise stages into the anchor and schedules it, and lowers the schedule to a
-:class:`~relaybench.te.loop_ir.PrimFunc`. Index arithmetic is then simplified
+:class:`~relaybench.te.loop_ir.PrimFunc`. The anchor is the call of the highest pattern kind among
+those whose values the outputs read (``ones_like(nn.conv2d(...))`` reads only the convolution's
+shape, so its anchor is ``ones_like``); when the rule's ``compute_at`` cannot be lowered, the
+group is scheduled again with the anchor computed at the root. Index arithmetic is then simplified
 (:mod:`relaybench.te.simplify`) so that blocked layouts read memory with affine offsets.
 
 The PrimFunc's parameters are, in order: one buffer per tensor of the function's parameters
@@ -175,7 +178,7 @@ def lower_primitive(func: Function, target=None, name: str | None = None) -> Low
 
     constants: list = []
     calls: dict = {}
-    anchor, anchor_tensors, anchor_pattern = None, [], -1
+    call_order: list = []
     for node in post_order(func.body):
         if node in values:
             continue
@@ -201,13 +204,11 @@ def lower_primitive(func: Function, target=None, name: str | None = None) -> Low
                                "run ToGraphNormalForm before FuseOps")
         elif isinstance(node, Call) and isinstance(node.op, Op):
             values[node] = _lower_call(node, values, strategy, target, where)
-            produced = values[node] if isinstance(values[node], list) else [values[node]]
+            produced = _flatten_values(values[node])
             for t in produced:
                 if hasattr(t.op, "body"):
                     calls.setdefault(t.op, node)
-            pattern = _pattern_of(node)
-            if pattern > anchor_pattern or (pattern == anchor_pattern and pattern >= 3):
-                anchor, anchor_tensors, anchor_pattern = node, produced, pattern
+            call_order.append((node, produced))
         elif isinstance(node, (Op, Function)):
             if isinstance(node, Function):
                 raise CompileError(f"{where}: nested functions cannot be lowered to a kernel")
@@ -219,9 +220,17 @@ def lower_primitive(func: Function, target=None, name: str | None = None) -> Low
     output_types = flatten_type(_type_of(func.body, where), f"{where}: result")
     outputs = _distinct_outputs(outputs)
     _unique_output_names(inputs, outputs)
+    anchor, anchor_tensors, anchor_pattern = _live_anchor(call_order, outputs)
     group = GroupInfo(name, outputs, inputs, calls, anchor, anchor_tensors, target)
     schedule, rule = strategy.schedule(group)
-    prim_func = te.lower(schedule, inputs, name=name)
+    try:
+        prim_func = te.lower(schedule, inputs, name=name)
+    except te.ComputeAtError:
+        # the rule attached the anchor inside its epilogue's loops, but the epilogue reads it
+        # where no region can be inferred (through an index tensor, or both straight and
+        # transposed): compute the anchor at the root instead
+        schedule, rule = strategy.schedule(group, compute_at=False)
+        prim_func = te.lower(schedule, inputs, name=name)
     from ..te.simplify import simplify_func
     prim_func = simplify_func(prim_func)
     pattern = "OPAQUE"
@@ -231,6 +240,33 @@ def lower_primitive(func: Function, target=None, name: str | None = None) -> Low
     return LoweredFunc(name, prim_func, input_types, output_types, constants,
                        anchor.op.name if anchor is not None else None, pattern,
                        _op_names(func), anchor_flops(anchor), rule)
+
+
+def _live_anchor(call_order: list, outputs: list) -> tuple:
+    """The anchor among the calls whose values the outputs read: ``(call, its live tensors, its
+    pattern kind)``, the call with the highest pattern kind, the last one among equals from
+    OUT_ELEMWISE_FUSABLE up (``(None, [], -1)`` for a group of copies).
+
+    A call whose value the group only looks at for its shape (``ones_like``, ``zeros_like``,
+    ``full_like``, ``reshape_like`` of a convolution) or whose tuple fields go unread has no
+    stage in the kernel; choosing it as the anchor would schedule a stage that is not computed.
+    """
+    live, stack = set(), [t.op for t in outputs]
+    while stack:
+        op = stack.pop()
+        if op in live:
+            continue
+        live.add(op)
+        stack.extend(t.op for t in op.inputs)
+    anchor, anchor_tensors, anchor_pattern = None, [], -1
+    for call, produced in call_order:
+        used = [t for t in produced if t.op in live]
+        if not used:
+            continue
+        pattern = _pattern_of(call)
+        if pattern > anchor_pattern or (pattern == anchor_pattern and pattern >= 3):
+            anchor, anchor_tensors, anchor_pattern = call, used, pattern
+    return anchor, anchor_tensors, anchor_pattern
 
 
 def _lower_call(call: Call, values: dict, strategy, target, where: str):

@@ -11,18 +11,72 @@ A target is written as in TVM, a kind followed by ``-key=value`` options:
 Traceback (most recent call last):
 ...
 relaybench.errors.CompileError: unknown target kind 'cuda' in 'cuda'; known: llvm
+
+Each kind takes the options :data:`OPTIONS` lists, and each option's value is checked when the
+target is parsed, so a misspelt option or value fails where it is written instead of being
+ignored:
+
+>>> Target.parse("llvm -mcpus=native")  # doctest: +ELLIPSIS
+Traceback (most recent call last):
+...
+relaybench.errors.CompileError: target 'llvm -mcpus=native': unknown option -mcpus; llvm takes -mcpu (...), -num-threads (...)
+
+The LLVM backend compiles for the CPU it runs on, so ``-mcpu`` names that CPU: ``native``, or
+the host's LLVM name (``znver4``, ``skylake-avx512``, ...). A name LLVM does not know is an
+error listing close ones; a known CPU other than the host's is an error too, since kernels
+compiled for it would not be what runs (checking ``-mcpu`` needs llvmlite).
 """
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 
 from ..errors import CompileError
 
-__all__ = ["Target", "KINDS"]
+__all__ = ["Target", "KINDS", "OPTIONS"]
 
 #: The target kinds that have a code generator.
 KINDS = ("llvm",)
+
+#: The options of each target kind: name -> what it means.
+OPTIONS = {
+    "llvm": {
+        "mcpu": "the CPU to compile for: native, or the host's LLVM CPU name",
+        "num-threads": "threads for parallel kernels, a count >= 0 (0: one per core; "
+                       "default: RB_NUM_THREADS)",
+    },
+}
+
+
+def _check_num_threads(target: str, value: str) -> None:
+    try:
+        if int(value) < 0:
+            raise ValueError
+    except ValueError:
+        raise CompileError(f"target {target!r}: -num-threads must be a count >= 0 "
+                           f"(0: one per core), got {value!r}") from None
+
+
+def _check_mcpu(target: str, value: str) -> None:
+    if value == "native":
+        return
+    from .llvm.jit import host_target, known_cpus
+    known = known_cpus()
+    host = host_target().cpu
+    if value not in known:
+        close = difflib.get_close_matches(value, sorted(known), n=3)
+        hint = f" (close: {', '.join(close)})" if close else ""
+        raise CompileError(f"target {target!r}: -mcpu={value} is not a CPU LLVM knows{hint}; "
+                           f"use -mcpu=native for this host ({host})")
+    if value != host:
+        raise CompileError(f"target {target!r}: -mcpu={value} is not this host's CPU ({host}); "
+                           "the LLVM backend compiles for the CPU it runs on: use -mcpu=native "
+                           f"or -mcpu={host}")
+
+
+# option name -> check(target text, value), raising CompileError
+_CHECKS = {"num-threads": _check_num_threads, "mcpu": _check_mcpu}
 
 
 @dataclass(frozen=True)
@@ -34,7 +88,11 @@ class Target:
 
     @classmethod
     def parse(cls, target) -> "Target":
-        """A Target from a string (``"llvm -mcpu=native"``), a Target, or None (``llvm``)."""
+        """A Target from a string (``"llvm -mcpu=native"``), a Target, or None (``llvm``).
+
+        Raises :class:`~relaybench.errors.CompileError` for an unknown kind, an option the kind
+        does not take (listing those it takes), an option given twice, or a bad value.
+        """
         if target is None:
             return cls("llvm", {})
         if isinstance(target, Target):
@@ -46,19 +104,24 @@ class Target:
         if kind not in KINDS:
             raise CompileError(f"unknown target kind {kind!r} in {target!r}; known: "
                                f"{', '.join(KINDS)}")
+        known = OPTIONS[kind]
         options = {}
         for word in words[1:]:
             if not word.startswith("-") or "=" not in word:
                 raise CompileError(f"target {target!r}: option {word!r} is not -key=value")
             key, value = word.lstrip("-").split("=", 1)
+            if key not in known:
+                listing = ", ".join(f"-{name} ({doc})" for name, doc in known.items())
+                raise CompileError(f"target {target!r}: unknown option -{key}; {kind} takes "
+                                   f"{listing}")
+            if key in options:
+                raise CompileError(f"target {target!r}: option -{key} is given twice")
+            if not value:
+                raise CompileError(f"target {target!r}: option -{key} has no value "
+                                   f"({known[key]})")
             options[key] = value
-        if "num-threads" in options:
-            try:
-                if int(options["num-threads"]) < 0:
-                    raise ValueError
-            except ValueError:
-                raise CompileError(f"target {target!r}: -num-threads must be a count >= 0 "
-                                   f"(0: one per core), got {options['num-threads']!r}") from None
+        for key, value in options.items():
+            _CHECKS[key](target, value)
         return cls(kind, options)
 
     @property

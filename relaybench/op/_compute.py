@@ -457,6 +457,14 @@ def _reduce_plan(x, attrs):
     return axes, raxes, source_index
 
 
+def _reduce_over(reduce, value, raxes: dict):
+    """``reduce(value)`` over the reduce axes ``raxes``; over no axis (a rank-0 input, or
+    ``exclude=True`` listing every axis) a reduction sees one element, and is that element."""
+    if not raxes:
+        return value
+    return reduce(value, axis=list(raxes.values()))
+
+
 def reducer_compute(combiner: str, name: str):
     """The compute of ``sum``, ``prod``, ``max`` or ``min``."""
     reduce = {"sum": te.sum, "prod": te.prod, "max": te.max, "min": te.min}[combiner]
@@ -466,9 +474,7 @@ def reducer_compute(combiner: str, name: str):
             return _bool_reducer(combiner, name)(inputs, attrs, out_type)
         axes, raxes, source_index = _reduce_plan(x, attrs)
         shape = shape_of(out_type)
-        if not raxes:
-            return te.compute(shape, lambda *i: x[source_index(i)], name=name)
-        return te.compute(shape, lambda *i: reduce(x[source_index(i)], axis=list(raxes.values())),
+        return te.compute(shape, lambda *i: _reduce_over(reduce, x[source_index(i)], raxes),
                           name=name)
     compute.__name__ = f"{name}_compute"
     return compute
@@ -597,12 +603,7 @@ def batch_matmul_compute(inputs, attrs, out_type):
 
 
 # ---------------------------------------------------------------------------------------------
-# Convolution and pooling, NCHW (nn.py)
-
-def _need_layout(op: str, got: str, want: str):
-    if got != want:
-        raise CompileError(f"{op}: the compute handles layout {want} only, got {got}")
-
+# Convolution and pooling, in any layout their relations accept (nn.py)
 
 def primal_indices(layout, indices) -> dict:
     """The full index of each primal axis (``"C"``...) from ``indices`` in ``layout``: a blocked
@@ -662,15 +663,29 @@ def conv2d_compute(inputs, attrs, out_type):
     return te.compute(shape_of(out_type), body, name="conv2d")
 
 
-def _pool_axes(op: str, x, attrs):
-    """The positions of H and W in the pool's layout (any that keeps them whole: ``NCHW``,
-    ``NHWC``, ``NCHW8c``); the output must be in that layout too."""
+def _pool_layouts(op: str, attrs, out_type):
+    """How a pooling runs in its ``layout`` (any that keeps H and W whole: ``NCHW``, ``NHWC``,
+    ``NCHW8c``): ``(hi, wi, shape, finish)``, the positions of H and W in ``layout``, the shape
+    of the pooled tensor in ``layout``, and ``finish(pooled)``, the result in ``out_layout`` (a
+    rearrangement stage of its own when the two differ, as the relation allows)."""
     from ..ir.layout import Layout
-    if attrs.out_layout and attrs.out_layout != attrs.layout:
-        raise CompileError(f"{op}: the compute writes its input's layout {attrs.layout}, "
-                           f"not out_layout={attrs.out_layout}")
     layout = Layout(attrs.layout)
-    return layout.index_of("H"), layout.index_of("W")
+    if layout.factor_of("H") or layout.factor_of("W"):
+        raise CompileError(f"{op}: layout {layout.name} splits H or W into blocks; the compute "
+                           f"needs them whole")
+    out_shape = shape_of(out_type)
+    if not attrs.out_layout or attrs.out_layout == attrs.layout:
+        return layout.index_of("H"), layout.index_of("W"), out_shape, lambda pooled: pooled
+    out_layout = Layout(attrs.out_layout)
+    extents = out_layout.primal_extents(out_shape)
+    shape = tuple(int(extents[ax.name]) // (layout.factor_of(ax.name) or 1) if ax.is_primal
+                  else ax.factor for ax in layout.axes)
+
+    def finish(pooled):
+        return te.compute(out_shape,
+                          lambda *i: pooled[layout_indices(layout, primal_indices(out_layout, i))],
+                          name=f"{op.replace('nn.', '')}_{out_layout.name}")
+    return layout.index_of("H"), layout.index_of("W"), shape, finish
 
 
 def _at_hw(i, hi, wi, h, w) -> tuple:
@@ -702,14 +717,13 @@ def _pool_source(x, attrs, shape, hi, wi, value, name):
 
 def max_pool2d_compute(inputs, attrs, out_type):
     (x,) = inputs
-    hi, wi = _pool_axes("nn.max_pool2d", x, attrs)
-    shape = shape_of(out_type)
+    hi, wi, shape, finish = _pool_layouts("nn.max_pool2d", attrs, out_type)
     src, _ = _pool_source(x, attrs, shape, hi, wi, loop_ir.const(_lowest(x.dtype), x.dtype), "pad")
     (kh, kw), (sh, sw), (dh, dw) = attrs.pool_size, attrs.strides, attrs.dilation
     ry, rx = te.reduce_axis(kh, name="ry"), te.reduce_axis(kw, name="rx")
-    return te.compute(shape, lambda *i: te.max(
+    return finish(te.compute(shape, lambda *i: te.max(
         src[_at_hw(i, hi, wi, i[hi] * sh + ry * dh, i[wi] * sw + rx * dw)], axis=[ry, rx]),
-        name="max_pool2d")
+        name="max_pool2d"))
 
 
 def _lowest(dtype: str):
@@ -721,8 +735,7 @@ def _lowest(dtype: str):
 
 def avg_pool2d_compute(inputs, attrs, out_type):
     (x,) = inputs
-    hi, wi = _pool_axes("nn.avg_pool2d", x, attrs)
-    shape = shape_of(out_type)
+    hi, wi, shape, finish = _pool_layouts("nn.avg_pool2d", attrs, out_type)
     acc = x.dtype if is_float(x.dtype) else "float64"
     src, geometry = _pool_source(x, attrs, shape, hi, wi, te.cast(x.dtype, 0), "pad")
     (bh, ah, _), (bw, aw, _) = geometry
@@ -750,22 +763,22 @@ def avg_pool2d_compute(inputs, attrs, out_type):
                  * taps(i[wi], kw, sw, dw, x.shape[wi], bw, aw))
         mean = total[i] / te.maximum(count, te.cast(acc, 1.0))
         return mean if is_float(x.dtype) else te.cast(x.dtype, _trunc(mean))
-    return te.compute(shape, body, name="avg_pool2d")
+    return finish(te.compute(shape, body, name="avg_pool2d"))
 
 
 def _global_pool(combiner: str, name: str):
     def compute(inputs, attrs, out_type):
         (x,) = inputs
-        hi, wi = _pool_axes(name, x, attrs)
+        hi, wi, shape, finish = _pool_layouts(name, attrs, out_type)
         ry, rx = te.reduce_axis(x.shape[hi], name="ry"), te.reduce_axis(x.shape[wi], name="rx")
         reduce = te.sum if combiner == "sum" else te.max
-        shape = shape_of(out_type)
         total = te.compute(shape, lambda *i: reduce(x[_at_hw(i, hi, wi, ry, rx)], axis=[ry, rx]),
                            name=f"{name}_reduce")
         if combiner == "max":
-            return total
+            return finish(total)
         count = x.shape[hi] * x.shape[wi]
-        return te.compute(shape, lambda *i: divide_by_count(total[i], count, x.dtype), name=name)
+        return finish(te.compute(shape, lambda *i: divide_by_count(total[i], count, x.dtype),
+                                 name=name))
     compute.__name__ = f"{name.replace('.', '_')}_compute"
     return compute
 
@@ -881,6 +894,12 @@ def _arg_reducer(combiner: str, name: str):
             x = te.compute(src.shape, lambda *i: te.cast("int32", src[i]), name=f"{name}_cast")
         axes, raxes, source_index = _reduce_plan(x, attrs)
         shape = shape_of(out_type)
+        if not axes:
+            # over no axis each element is its own extreme, at position 0 (as numpy's argmax of
+            # one element); the input is still read so that the kernel consumes it
+            zero = loop_ir.const(0, "int32")
+            return te.compute(shape, lambda *i: te.if_then_else(
+                loop_ir.equal(x[source_index(i)], x[source_index(i)]), zero, zero), name=name)
         reduce = te.max if combiner == "max" else te.min
         best = te.compute(shape, lambda *i: reduce(x[source_index(i)], axis=list(raxes.values())),
                           name=f"{name}_value")
@@ -909,7 +928,7 @@ def variance_compute(inputs, attrs, out_type):
     def body(*i):
         src = source_index(i)
         d = x[src] - mean[broadcast_index(mean, src)]
-        return te.sum(d * d, axis=list(raxes.values()))
+        return _reduce_over(te.sum, d * d, raxes)
     total = te.compute(shape, body, name="variance_sum")
     count = 1
     for a in axes:
@@ -926,12 +945,11 @@ REDUCE_COMPUTES["variance"] = variance_compute
 
 def adaptive_avg_pool2d_compute(inputs, attrs, out_type):
     """PyTorch's bins: output row ``i`` of ``oh`` averages input rows ``floor(i * H / oh)`` to
-    ``ceil((i + 1) * H / oh)``; a reduction over the widest bin, masked to each bin."""
+    ``ceil((i + 1) * H / oh)``; a reduction over the widest bin, masked to each bin. Any layout
+    that keeps H and W whole (``NCHW``, ``NHWC``, ``NCHW16c``): the other axes pass through."""
     (x,) = inputs
-    _need_layout("nn.adaptive_avg_pool2d", attrs.layout, "NCHW")
-    _need_layout("nn.adaptive_avg_pool2d", attrs.out_layout or "NCHW", "NCHW")
-    shape = shape_of(out_type)
-    (h, w), (oh, ow) = x.shape[2:], shape[2:]
+    hi, wi, shape, finish = _pool_layouts("nn.adaptive_avg_pool2d", attrs, out_type)
+    (h, w), (oh, ow) = (x.shape[hi], x.shape[wi]), (shape[hi], shape[wi])
     acc = x.dtype if is_float(x.dtype) else "float64"
 
     def bins(extent, out):
@@ -944,19 +962,21 @@ def adaptive_avg_pool2d_compute(inputs, attrs, out_type):
     kw, w_lo, w_hi = bins(w, ow)
     ry, rx = te.reduce_axis(kh, name="ry"), te.reduce_axis(kw, name="rx")
 
-    def total_body(n, c, y, xx):
+    def total_body(*i):
+        y, xx = i[hi], i[wi]
         row, col = h_lo(y) + ry, w_lo(xx) + rx
         inside = (row < h_hi(y)) & (col < w_hi(xx))
-        value = te.cast(acc, x[n, c, clamp(row, h), clamp(col, w)])
+        value = te.cast(acc, x[_at_hw(i, hi, wi, clamp(row, h), clamp(col, w))])
         return te.sum(te.if_then_else(inside, value, te.cast(acc, 0.0)), axis=[ry, rx])
 
     total = te.compute(shape, total_body, name="adaptive_avg_pool2d_sum")
 
-    def body(n, c, y, xx):
+    def body(*i):
+        y, xx = i[hi], i[wi]
         count = te.cast(acc, (h_hi(y) - h_lo(y)) * (w_hi(xx) - w_lo(xx)))
-        mean = total[n, c, y, xx] / count
+        mean = total[i] / count
         return mean if is_float(x.dtype) else te.cast(x.dtype, _trunc(mean))
-    return te.compute(shape, body, name="adaptive_avg_pool2d")
+    return finish(te.compute(shape, body, name="adaptive_avg_pool2d"))
 
 
 def batch_norm_compute(inputs, attrs, out_type):

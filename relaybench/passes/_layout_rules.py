@@ -211,6 +211,17 @@ def _fits(layout: Layout, extents: Optional[dict]) -> bool:
     return not special or all(isinstance(e, int) for e in extents.values())
 
 
+def _splits_evenly(layout: Layout, extents: Optional[dict]) -> bool:
+    """Whether a tensor with these primal extents can be put in ``layout`` with every blocked
+    axis split into whole blocks. Stricter than :func:`_fits`: an axis of extent 1 does not
+    pass a block larger than 1, since only a broadcast operand may stand for a whole block with
+    one element (a tensor that is joined, split or convolved along the axis needs its full
+    extent in blocks)."""
+    if extents is None:
+        return False
+    return all(_divides(f, extents.get(p, 1)) for p, f in _factors(layout).items())
+
+
 def _unsplit(layout: Layout, primals) -> Layout:
     return _join(ax for ax in layout.axes if ax.is_primal or ax.primal_name not in primals)
 
@@ -423,7 +434,8 @@ def _reference(layouts, old_layouts, candidates):
 def concatenate_layout(attrs, layouts, old_layouts, types):
     """``concatenate``: every field in one layout, the first changed one; ``axis`` follows its
     axis. Joining along a blocked axis joins the outer blocks, which is right when every field's
-    extent along it is a multiple of the block."""
+    extent along it is a multiple of the block; when some field's is not (a 1-channel tensor
+    joined to a ``NCHW8c`` convolution output), every field keeps the original layout."""
     n = len(types)
     ref = _reference(layouts, old_layouts, range(n))
     if ref is None:
@@ -437,7 +449,7 @@ def concatenate_layout(attrs, layouts, old_layouts, types):
     if new == old:
         return LayoutDecision((old,) * n, (old,))
     name = old.axes[axis].name
-    if name not in new or not all(_fits(new, extents_of(t, old)) for t in types):
+    if name not in new or not all(_splits_evenly(new, extents_of(t, old)) for t in types):
         return LayoutDecision((old,) * n, (old,))
     return LayoutDecision((new,) * n, (new,), attrs={"axis": new.index_of(name)})
 
@@ -459,7 +471,7 @@ def split_layout(attrs, layouts, old_layouts, types):
         return keep
     name = old.axes[axis].name
     extents = extents_of(types[0], old)
-    if name not in new or not _fits(new, extents):
+    if name not in new or not _splits_evenly(new, extents):
         return keep
     f = new.factor_of(name) or 1
     if isinstance(sections, int):
@@ -489,7 +501,9 @@ def reduce_layout(attrs, layouts, old_layouts, types):
     """Reductions (``sum``, ``mean``, ``max``...): follow the input's layout; a reduced axis split
     into blocks reduces both its parts. The output's layout is the input's without the reduced
     axes (with them, of extent 1, under ``keepdims``, which a blocked reduced axis cannot have:
-    the call then keeps the original layout)."""
+    the call then keeps the original layout). The axes are rewritten as a plain list of the new
+    layout's positions (``exclude`` and negative axes resolved); a reduction over no axis at all
+    (``exclude=True`` listing every axis) is the identity on each element and keeps that form."""
     new, old = layouts[0], old_layouts[0] or layouts[0]
     if new is None:
         return LayoutDecision((None,), (None,))
@@ -513,7 +527,17 @@ def reduce_layout(attrs, layouts, old_layouts, types):
     new_axes = tuple(i for i, ax in enumerate(new.axes) if ax.primal_name in reduced)
     if old_out is None and out_of(new) is not None:
         return keep
-    return LayoutDecision((new,), (out_of(new),), attrs={"axis": new_axes, "exclude": False})
+    return LayoutDecision((new,), (out_of(new),), attrs=_reduce_attrs(new_axes, new.ndim))
+
+
+def _reduce_attrs(axes: tuple, ndim: int) -> dict:
+    """The ``axis`` and ``exclude`` of a reduction over exactly ``axes`` of a rank-``ndim``
+    tensor. An empty ``axis`` means *every* axis (Relay's convention), so a reduction over no
+    axis (``exclude=True`` with every axis listed, in the original program) is written that
+    way again rather than as an empty list."""
+    if not axes:
+        return {"axis": tuple(range(ndim)), "exclude": True}
+    return {"axis": axes, "exclude": False}
 
 
 def softmax_layout(attrs, layouts, old_layouts, types):

@@ -55,7 +55,7 @@ from functools import partial
 from typing import Optional
 
 from ..ir.layout import Layout
-from ._layout_rules import _fits, extents_of, rewrite_layouts
+from ._layout_rules import _splits_evenly, extents_of, rewrite_layouts
 from .infra import module_pass
 
 __all__ = ["ConvertLayout", "parse_desired_layouts"]
@@ -159,10 +159,12 @@ def _convert_conv(call, types, layouts, data_layout: str, kernel_layout: str) ->
     data_l, kernel_l = Layout(data_layout), Layout(kernel_layout)
     data_ext = extents_of(types[0], layouts[0])
     kernel_ext = extents_of(types[1], layouts[1])
-    if not (_fits(data_l, data_ext) and _fits(kernel_l, kernel_ext)):
+    # a convolution reads and writes whole channel blocks: a block must divide the channels
+    # (one channel is not a block of any size, as it would be for a broadcast operand)
+    if not (_splits_evenly(data_l, data_ext) and _splits_evenly(kernel_l, kernel_ext)):
         return None
     out_ext = extents_of(call.checked_type, Layout(attrs["out_layout"] or attrs["data_layout"]))
-    if not _fits(data_l, out_ext):
+    if not _splits_evenly(data_l, out_ext):
         return None
     if any(data_l.factor_of(p) and not isinstance(e, int) for p, e in (data_ext or {}).items()):
         return None

@@ -28,7 +28,7 @@ from relaybench.te.compute import (abs, cast, ceil, compute, erf, exp, floor, if
                                    max, max_value, maximum, min, min_value, minimum, placeholder,
                                    power, prod, reduce_axis, round, rsqrt, sigmoid, sqrt, sum, tanh)
 from relaybench.te.loop_ir import PrimFunc, evaluate, logical_and, logical_not, logical_or
-from relaybench.te.lower import lower
+from relaybench.te.lower import ComputeAtError, lower
 from relaybench.te.schedule import Schedule, Stage, create_schedule
 from relaybench.te.tensor import IterVar, Tensor
 
@@ -37,5 +37,5 @@ __all__ = [
     "cast", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "abs", "floor", "ceil",
     "round", "power", "maximum", "minimum", "max_value", "min_value", "lower", "evaluate",
     "create_schedule", "Schedule", "Stage", "PrimFunc", "Tensor", "IterVar", "logical_and",
-    "logical_or", "logical_not",
+    "logical_or", "logical_not", "ComputeAtError",
 ]

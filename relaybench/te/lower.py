@@ -36,7 +36,15 @@ from relaybench.te.loop_ir import (Allocate, Binary, Buffer, For, IfThenElse, In
 from relaybench.te.schedule import Fuse, Schedule, Split, Stage, create_schedule
 from relaybench.te.tensor import ComputeOp, IterVar, PlaceholderOp, Reduce, Tensor, TensorLoad
 
-__all__ = ["lower"]
+__all__ = ["lower", "ComputeAtError"]
+
+
+class ComputeAtError(CompileError):
+    """A ``compute_at`` that lowering cannot carry out: the region its readers use cannot be
+    inferred (an index that is not affine in the loop variables even over their ranges, as a
+    read through an index tensor; reads that move differently with the outer loops, as
+    ``y + transpose(y)``) or the attachment itself is inconsistent. A strategy can then schedule
+    the group again without attaching the stage (computed at the root, into a whole buffer)."""
 
 _COMBINE = {
     "sum": lambda acc, x: acc + x,
@@ -67,11 +75,11 @@ def lower(outputs, inputs, name: str = "main") -> PrimFunc:
             raise CompileError(f"lower {name}: the output {op.name} cannot be inlined")
         attach = schedule[op].attach if isinstance(op, ComputeOp) else None
         if attach is not None and (attach[0].inlined or attach[0].op not in schedule.stages):
-            raise CompileError(f"lower {name}: {op.name} is computed at {attach[0].op.name}, "
-                               "which is inlined or not part of these outputs")
+            raise ComputeAtError(f"lower {name}: {op.name} is computed at {attach[0].op.name}, "
+                                 "which is inlined or not part of these outputs")
         if attach is not None and attach[0].attach is not None:
-            raise CompileError(f"lower {name}: compute_at of {op.name} in {attach[0].op.name}: "
-                               f"{attach[0].op.name} is itself attached elsewhere")
+            raise ComputeAtError(f"lower {name}: compute_at of {op.name} in {attach[0].op.name}: "
+                                 f"{attach[0].op.name} is itself attached elsewhere")
 
     buffers: dict = {}
     used_names: set = set()
@@ -212,6 +220,8 @@ class _Lowering:
                     and self.schedule[op].attach[0] is consumer]
         if not attached:
             return {}, value
+        attached_buffers = {self.buffers[op] for op in attached}
+        value = _affine_reads(value, attached_buffers)
         readers = {consumer.op: (len(leaves), value)}  # op -> (attach position, its values)
         regions, nests = {}, {}
         for op in reversed(attached):  # consumers before their producers
@@ -220,7 +230,7 @@ class _Lowering:
             axis = stage.attach[1]
             position = next((p for p, leaf in enumerate(leaves) if leaf is axis), None)
             if position is None:
-                raise CompileError(f"{where}: {axis.name} is no longer one of its loops")
+                raise ComputeAtError(f"{where}: {axis.name} is no longer one of its loops")
             names = [o.name for o in self.schedule.ops
                      if isinstance(o, ComputeOp) and not self.schedule[o].inlined
                      and op in self.reads_through_inlined(o)]
@@ -229,16 +239,17 @@ class _Lowering:
             for reader, (at, reads) in readers.items():
                 found = _loads_of(reads, buffer)
                 if found and at < position:
-                    raise CompileError(f"{where}: its reader {reader.name} is computed outside "
-                                       f"the {axis.name} loop")
+                    raise ComputeAtError(f"{where}: its reader {reader.name} is computed outside "
+                                         f"the {axis.name} loop")
                 loads.extend(found)
             if (op in self.output_ops or not loads
                     or any(n not in {r.name for r in readers} for n in names)):
-                raise CompileError(f"{where}: {op.name} must be read by {consumer.op.name} "
-                                   "only (or by stages attached to it inside that loop) and "
-                                   f"not be an output (read by {names})")
+                raise ComputeAtError(f"{where}: {op.name} must be read by {consumer.op.name} "
+                                     "only (or by stages attached to it inside that loop) and "
+                                     f"not be an output (read by {names})")
             fixed = set(leaves[:position + 1])
             region, nest_of = self.region(stage, loads, fixed, position, where)
+            nest_of = (nest_of[0], _affine_reads(nest_of[1], attached_buffers))
             regions[buffer] = region
             nests[op] = nest_of
             readers[op] = (position, nest_of[1])
@@ -277,14 +288,14 @@ class _Lowering:
             for load in loads:
                 form = _linear(load.indices[d], fixed)
                 if form is None:
-                    raise CompileError(f"{where}: index {load.indices[d]} of {op.name} is not "
-                                       "affine in the loop variables")
+                    raise ComputeAtError(f"{where}: index {load.indices[d]} of {op.name} is not "
+                                         "affine in the loop variables")
                 forms.append(form)
             outer_forms = [{v: c for v, c in coefs.items() if _is_fixed(v, fixed)}
                            for coefs, _ in forms]
             if any(f != outer_forms[0] for f in outer_forms[1:]):
-                raise CompileError(f"{where}: reads of {op.name} along axis {d} move "
-                                   "differently with the outer loops")
+                raise ComputeAtError(f"{where}: reads of {op.name} along axis {d} move "
+                                     "differently with the outer loops")
             inner_spans = [_span({v: c for v, c in coefs.items() if not _is_fixed(v, fixed)},
                                  const) for coefs, const in forms]
             whole_spans = [_span(coefs, const) for coefs, const in forms]
@@ -354,7 +365,7 @@ class _Lowering:
         for axis in op.reduce_axis:
             roots[axis] = values[axis]
         if not any(leaf.iter_kind == "reduce" for leaf in leaves) and op.reduce_axis:
-            raise CompileError(f"{where}: the reduction has no reduce loop left")
+            raise ComputeAtError(f"{where}: the reduction has no reduce loop left")
         local = Buffer(buffer.name, tuple(extents[a] for a in op.axis), buffer.dtype)
         region = _Region(op, position, fixed, local, starts)
         reads = self.stage_value(op, roots)
@@ -417,6 +428,36 @@ class _RegionRewriter:
             return out
 
         return visit(expr)
+
+
+def _affine_reads(expr, buffers: set):
+    """``expr`` with the indices of its loads of ``buffers`` that are not affine simplified over
+    the ranges of their loop variables: an injective reader such as ``tile`` with one repetition
+    reads ``(f // 7 * 8 + c) % 32``, which is ``f // 7 * 8 + c`` when that stays below 32, an
+    affine form once the fused loop ``f`` is fixed, so the region of an attached stage can still
+    be inferred. (Indices that stay non-affine make lowering raise :class:`ComputeAtError`.)"""
+    from relaybench.te.simplify import simplify
+
+    memo: dict = {}
+
+    def visit(node):
+        if node in memo:
+            return memo[node]
+        out = map_children(node, visit)
+        if isinstance(out, Load) and out.buffer in buffers:
+            indices, changed = [], False
+            for index in out.indices:
+                if _linear(index) is None:
+                    ranges = {v: (0, v.extent - 1) for v in _free_vars(index)
+                              if isinstance(v, IterVar)}
+                    index, changed = simplify(index, ranges), True
+                indices.append(index)
+            if changed:
+                out = Load(out.buffer, tuple(indices))
+        memo[node] = out
+        return out
+
+    return visit(expr)
 
 
 def _loads_of(expr, buffer) -> list:

@@ -3,6 +3,11 @@
 * :func:`assert_structural_equal`: compare two programs, with the path to the first difference.
 * :func:`chain`: a program of ``n`` chained operators, for scale tests.
 * :func:`random_inputs`: numpy arrays for a function's parameters, from their annotations.
+* :func:`random_program`: a random well-typed program over every op with a compute
+  (``random_programs.py``); :func:`run_differential`: the program on the interpreter and on every
+  configuration of :data:`CONFIGS`, compared (``differential.py``); :func:`minimize`: a failing
+  program shrunk while it fails (``minimize.py``); :func:`fuzz`: many seeds in worker processes,
+  with a summary by failure class (``fuzz.py``, behind ``relaybench fuzz``).
 
 >>> from relaybench.testing import chain, random_inputs
 >>> f = chain(4)
@@ -19,9 +24,17 @@ from typing import Optional
 import numpy as np
 
 from ..ir.structural import assert_structural_equal, first_difference, structural_equal, structural_hash
+from .differential import CONFIGS, Config, Outcome, Report, run_differential
+from .fuzz import fuzz
+from .minimize import minimize, save_failure
+from .random_programs import (NOT_GENERATED, OP_GENERATORS, RandomProgram, input_values,
+                              random_program, uncovered_ops)
 
 __all__ = ["assert_structural_equal", "structural_equal", "structural_hash", "first_difference",
-           "chain", "random_inputs", "CHAIN_ADD", "CHAIN_MULTIPLY"]
+           "chain", "random_inputs", "CHAIN_ADD", "CHAIN_MULTIPLY",
+           "random_program", "RandomProgram", "OP_GENERATORS", "NOT_GENERATED", "uncovered_ops",
+           "input_values", "run_differential", "Config", "CONFIGS", "Outcome", "Report",
+           "minimize", "save_failure", "fuzz"]
 
 # The constants chain() alternates with: y -> (y + 1) * 0.5 stays bounded (it tends to 1), so a
 # chain of any length can also be run and compared numerically.

@@ -174,7 +174,7 @@ def test_same_function_name_in_two_modules(jit):
         a.ctypes.data, v.ctypes.data, out.ctypes.data, 0, 4)
     np.testing.assert_array_equal(out, 2 + v[None, :] * np.ones((4, 1), np.float32))
     assert jit.compile_module(rows_module(2, 3, "k")) is first
-    assert jit.stats == {"compiled": 2, "from_disk": 0, "from_memory": 1}
+    assert jit.stats == {"compiled": 2, "from_disk": 0, "from_memory": 1, "evicted": 0}
 
 
 def test_invalid_ir_raises_compile_error(jit):

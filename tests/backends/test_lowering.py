@@ -238,3 +238,92 @@ def test_target_parse():
         Target.parse("llvm -num-threads=x")
     with pytest.raises(CompileError, match="-key=value"):
         Target.parse("llvm mcpu")
+
+
+# ---- groups whose anchor is unused, or read where no region can be inferred ------------------
+
+def _primitive(params, body):
+    """A Primitive function over ``params`` (type-checked), as FuseOps makes them."""
+    f = Function(params, body, attrs={"Primitive": 1})
+    return rb.passes.InferType()(rb.IRModule.from_expr(f))["main"]
+
+
+def _rewrapped(group, epilogue):
+    """``group`` with ``epilogue`` applied to its result, still one Primitive function."""
+    return _primitive(group.params, epilogue(group.body))
+
+
+@pytest.mark.parametrize("like", ["ones_like", "zeros_like", "full_like"])
+def test_group_that_only_reads_the_anchors_shape(like):
+    """``ones_like(nn.conv2d(...))`` fused at opt_level >= 1 used to take the convolution as the
+    group's anchor, whose stage the outputs never read ("'conv2d' is not computed for these
+    outputs"). The anchor is now chosen among the calls the outputs read."""
+    make = {"ones_like": lambda y: op.ones_like(y), "zeros_like": lambda y: op.zeros_like(y),
+            "full_like": lambda y: op.full_like(y, rb.const(3.0))}[like]
+    fill = {"ones_like": 1.0, "zeros_like": 0.0, "full_like": 3.0}[like]
+    for opt_level in (1, 3):
+        mod, params = _conv_block(bias=False)
+        conv = _group_with(_groups(mod, params, opt_level=opt_level), "nn.conv2d")
+        lowered, kernel = _run_both(_rewrapped(conv, make))
+        assert lowered.anchor != "nn.conv2d" and lowered.flops == 0
+        assert "conv2d" not in lowered.source().split("\n", 1)[1]     # no stage computes it
+        out = np.empty([int(d) for d in lowered.output_types[0].shape], "float32")
+        kernel(*[np.zeros([int(d) for d in t.shape], t.dtype) for t in lowered.input_types],
+               *lowered.constants, out)
+        assert (out == fill).all()
+    x, w = rb.var("x", shape=(4, 32)), rb.var("w", shape=(16, 32))
+    p = rb.var("p", shape=(1, 2, 8, 8, 16))
+    pool = op.nn.max_pool2d(p, pool_size=(2, 2), layout="NCHW16c")
+    for params, body in [([x, w], make(op.nn.dense(x, w))),
+                         ([p], make(pool)),
+                         # a tuple whose live part is the epilogue of an unused reduction
+                         ([x, w], rb.Tuple([make(op.nn.dense(x, w)), op.nn.relu(x)]))]:
+        lowered, _ = _run_both(_primitive(params, body))
+        assert lowered.anchor not in ("nn.dense", "nn.max_pool2d")
+
+
+def _swap_hw(rank):
+    axes = list(range(rank))
+    axes[2], axes[3] = axes[3], axes[2]
+    return axes
+
+
+@pytest.mark.parametrize("opt_level,conv,rule", [
+    (1, dict(), "conv2d_NCHW_at_root"),
+    (3, dict(), "conv2d_NCHWc_at_root"),
+    (3, dict(channels_in=16, channels_out=16, groups=16), "depthwise_conv2d_NCHWc_at_root"),
+])
+def test_epilogue_reading_the_anchor_transposed_computes_it_at_the_root(opt_level, conv, rule):
+    """The tiled rules compute the convolution inside the epilogue's column tiles; an epilogue
+    that reads it transposed as well (``y + transpose(y)``) has reads that move differently,
+    so no tile region exists: the strategy schedules the group again with the convolution
+    computed at the root, and the result agrees with the interpreter."""
+    mod, params = _conv_block(bias=False, **conv)
+    group = _group_with(_groups(mod, params, opt_level=opt_level), "nn.conv2d")
+    rank = len(group.body.checked_type.shape)
+    lowered, _ = _run_both(_rewrapped(
+        group, lambda y: op.nn.relu(op.add(y, op.transpose(y, axes=_swap_hw(rank))))))
+    assert lowered.rule == rule and lowered.anchor == "nn.conv2d"
+
+
+def test_dense_and_pool_epilogues_reading_them_transposed():
+    x, w = rb.var("x", shape=(16, 32)), rb.var("w", shape=(16, 32))
+    y = op.nn.dense(x, w)
+    lowered, _ = _run_both(_primitive([x, w], op.add(y, op.transpose(y))))
+    assert lowered.rule == "dense_at_root"
+    p = rb.var("p", shape=(1, 2, 8, 8, 16))
+    pool = op.nn.max_pool2d(p, pool_size=(2, 2), layout="NCHW16c")
+    lowered, _ = _run_both(_primitive([p], op.add(pool, op.transpose(pool, axes=_swap_hw(5)))))
+    assert lowered.rule == "reduce"
+
+
+def test_tile_of_one_after_conv2d_keeps_the_register_tile():
+    """``tile(nn.conv2d(...), reps=[1])`` reads the convolution at ``(c_outer * 8 + c_inner) % 32``
+    (used to fail: "index ... is not affine"); over the loops' ranges that is affine, so the
+    tiled rule still applies."""
+    for opt_level, rule in ((1, "conv2d_NCHW"), (3, "conv2d_NCHWc")):
+        mod, params = _conv_block(bias=False, size=7)
+        group = _group_with(_groups(mod, params, opt_level=opt_level), "nn.conv2d")
+        rank = len(group.body.checked_type.shape)
+        lowered, _ = _run_both(_rewrapped(group, lambda y: op.tile(y, reps=[1] * rank)))
+        assert lowered.rule == rule

@@ -325,10 +325,17 @@ def test_pools_in_other_layouts(layout, shape):
     check("nn.global_max_pool2d", [(shape, f32)], {"layout": layout})
 
 
-def test_pool_out_layout_is_refused():
-    with pytest.raises(Exception, match="nn.max_pool2d: the compute writes its input's layout"):
-        run_compute("nn.max_pool2d", [((1, 5, 6, 2), f32)],
-                    {"pool_size": (2, 2), "layout": "NHWC", "out_layout": "NCHW"})
+@pytest.mark.parametrize("layout, shape, out_layout", [("NHWC", (1, 5, 6, 4), "NCHW"),
+                                                       ("NCHW", (1, 4, 5, 6), "NCHW2c"),
+                                                       ("NCHW2c", (1, 2, 5, 6, 2), "NHWC")])
+def test_pools_write_out_layout(layout, shape, out_layout):
+    # the relation accepts an out_layout other than layout; the compute rearranges its result
+    attrs = {"layout": layout, "out_layout": out_layout}
+    for name in ("nn.max_pool2d", "nn.avg_pool2d"):
+        check(name, [(shape, f32)], dict(POOL_CASES[1], **attrs))
+    for name in ("nn.global_avg_pool2d", "nn.global_max_pool2d"):
+        check(name, [(shape, f32)], attrs)
+    check("nn.adaptive_avg_pool2d", [(shape, f32)], dict(attrs, output_size=(2, 3)))
 
 
 def test_global_pools():
@@ -415,6 +422,20 @@ def test_adaptive_avg_pool2d():
     check("nn.adaptive_avg_pool2d", [((1, 2, 5, 7), f32)], {"output_size": (3, 2)})
     check("nn.adaptive_avg_pool2d", [((1, 2, 4, 4), f32)], {"output_size": (2, None)})
     check("nn.adaptive_avg_pool2d", [((1, 1, 5, 3), i32)], {"output_size": (2, 2)})
+
+
+@pytest.mark.parametrize("layout, shape", [("NHWC", (1, 5, 7, 3)), ("NCHW4c", (1, 2, 5, 7, 4)),
+                                           ("HWNC", (5, 7, 2, 3))])
+def test_adaptive_avg_pool2d_in_other_layouts(layout, shape):
+    check("nn.adaptive_avg_pool2d", [(shape, f32)], {"output_size": (3, 2), "layout": layout})
+    check("nn.adaptive_avg_pool2d", [(shape, i32)], {"output_size": (2, None), "layout": layout})
+
+
+@pytest.mark.parametrize("name", ["sum", "mean", "max", "min", "prod", "argmax", "argmin"])
+def test_reductions_over_no_axis(name):
+    check(name, [((), f32)])
+    check(name, [((2, 3), i32)], {"axis": (0, 1), "exclude": True})
+    check(name, [((2, 3), f32)], {"axis": (-1, 0), "exclude": True, "keepdims": True})
 
 
 def test_batch_norm():

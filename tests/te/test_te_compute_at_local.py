@@ -306,3 +306,47 @@ def test_cache_write_of_an_intermediate_keeps_its_readers():
     assert allocations["C_local"][0].shape == (1, 8) and allocations["C_local"][1] == ("i",)
     assert allocations["C"][0].shape == (1, 8) and allocations["C"][1] == ("i",)
     np.testing.assert_allclose(_run(func, a, b), a @ b + 1.0, rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------- reads that are not affine
+
+def test_compute_at_reads_through_a_modulo_that_the_ranges_remove():
+    """A ``tile`` of one repetition reads ``(io * 4 + ii) % 8``: over io in [0, 2) and ii in
+    [0, 4) that is ``io * 4 + ii``, so the producer's region is still inferred (one element
+    per iteration of the inner loop) instead of failing as not affine."""
+    X = te.placeholder((8,), name="X")
+    T = te.compute((8,), lambda i: X[i] * 2.0, name="T")
+    Y = te.compute((8,), lambda i: T[i % 8] + 1.0, name="Y")
+    s = te.create_schedule(Y)
+    io, ii = s[Y].split(Y.op.axis[0], 4)
+    s[T].compute_at(s[Y], io)
+    func = te.lower(s, [X])
+    x = RNG.standard_normal(8).astype("float32")
+    np.testing.assert_allclose(_run(func, x), x * 2 + 1, rtol=1e-6)
+    buffer, loops = _allocations(func.body)["T"]
+    assert buffer.shape == (4,) and loops == ("i_outer",)
+
+
+def test_compute_at_with_reads_that_stay_not_affine_raises_compute_at_error():
+    """A read through an index tensor (``take``) or a modulo that the ranges do not remove
+    has no inferable region: lowering raises ComputeAtError (a CompileError naming the stage
+    and the index), which a strategy catches to compute the stage at the root instead."""
+    X = te.placeholder((8,), name="X")
+    idx = te.placeholder((8,), "int32", name="idx")
+    T = te.compute((8,), lambda i: X[i] * 2.0, name="T")
+    Y = te.compute((8,), lambda i: T[te.cast("int64", idx[i])] + 1.0, name="Y")
+    s = te.create_schedule(Y)
+    s[T].compute_at(s[Y], Y.op.axis[0])
+    with pytest.raises(te.ComputeAtError, match="index .* of T is not affine"):
+        te.lower(s, [X, idx])
+    Z = te.compute((8,), lambda i: T[(i * 3) % 8], name="Z")
+    s = te.create_schedule(Z)
+    io, _ = s[Z].split(Z.op.axis[0], 4)
+    s[T].compute_at(s[Z], io)
+    with pytest.raises(CompileError, match="of T is not affine"):
+        te.lower(s, [X])
+    # the same schedule without the attachment computes the right values
+    s = te.create_schedule(Z)
+    x = RNG.standard_normal(8).astype("float32")
+    np.testing.assert_allclose(_run(te.lower(s, [X]), x), (x * 2)[(np.arange(8) * 3) % 8])
+    assert issubclass(te.ComputeAtError, CompileError)

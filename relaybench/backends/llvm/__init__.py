@@ -9,11 +9,11 @@ runtime need numpy only.
 from .cache import CacheEntry, KernelCache, cache_key
 from .codegen import CompiledKernel, build_kernel
 from .jit import (JIT, CompiledModule, HostTarget, compile_module, get_jit,
-                  host_target, prefer_vector_width)
+                  host_target, known_cpus, prefer_vector_width)
 from .runtime import (Kernel, ScalarSpec, TensorSpec, parallel_for, split_range,
                       thread_pool)
 
 __all__ = ["CacheEntry", "KernelCache", "cache_key", "JIT", "CompiledModule", "HostTarget",
-           "compile_module", "get_jit", "host_target", "prefer_vector_width", "Kernel",
-           "ScalarSpec", "TensorSpec", "parallel_for", "split_range", "thread_pool", "build_kernel",
-           "CompiledKernel"]
+           "compile_module", "get_jit", "host_target", "known_cpus", "prefer_vector_width",
+           "Kernel", "ScalarSpec", "TensorSpec", "parallel_for", "split_range", "thread_pool",
+           "build_kernel", "CompiledKernel"]

@@ -11,9 +11,20 @@ How each construct is lowered:
 
 * Index arithmetic is ``i64``; ``//`` and ``%`` are floor division and floor modulo (the quotient
   of a signed division is rounded toward minus infinity, the remainder takes the divisor's sign).
-* ``select`` becomes an LLVM ``select`` when neither side loads from memory, else a branch and a
-  phi, so that only the chosen side reads (padding reads out of bounds on the other side). ``and``
-  and ``or`` short-circuit the same way when their right side loads.
+  As in numpy, ``x // 0`` and ``x % 0`` are 0 and ``INT_MIN // -1`` wraps to ``INT_MIN``: the
+  divisor reaching LLVM's ``sdiv``/``srem`` is never 0 or -1 (both would be undefined, and trap on
+  x86), so a division the program never chose (the other side of a ``select``) is harmless too.
+* ``select``, ``and`` and ``or`` are branch-free: both sides are computed and an LLVM ``select``
+  picks (``a and b`` is ``select(a, b, false)``, so a poison ``b`` is dropped where ``a`` is
+  false). The side not chosen may read out of bounds (padding does), so a load
+  evaluated there whose indices are not proven in bounds (interval arithmetic over the loop
+  variables' ranges; ``min``/``max`` clamps prove most padding reads safe) reads at its row-major
+  offset clamped to the buffer, frozen first so that a poison index cannot escape the clamp; the
+  chosen side's offsets are in bounds already, so clamping does not change what it reads. No
+  control flow is left in loop bodies for LLVM to if-convert: branches and phis there fed LLVM
+  22's loop vectorizer (a predicated address phi taken from the first lane only) and its SLP and
+  AVX-512 instruction selection (``<4 x i1>`` masks) into wrong code for dilated pooling and
+  convolution with padding and for truncated ``mod``.
 * Loops: ``serial`` is a plain loop; ``unrolled`` is emitted ``extent`` times when the extent is a
   constant of at most 16, else marked with ``llvm.loop.unroll.enable``; ``parallel`` as the
   outermost statement makes the function take ``int64 begin, int64 end`` and run only that range
@@ -32,10 +43,10 @@ How each construct is lowered:
   independent, which the loop must stay true to; the loop stays a scalar loop marked with
   ``llvm.loop.vectorize.enable`` (512-bit vectors preferred on AVX-512 hosts) when its body has
   anything but stores, lets, sequences and ``if`` statements whose condition is the same in
-  every lane, when lanes could write one element or read another lane's (a buffer stored at
+  every lane, or when lanes could write one element or read another lane's (a buffer stored at
   two places, read at another than stored, or stored at an offset that does not move with the
-  loop variable), or when a lane-dependent ``select``, ``and`` or ``or`` guards a load
-  (reading it in every lane could go out of bounds).
+  loop variable). A load under a lane-dependent ``select`` that is not proven in bounds is a
+  gather with each lane's offset clamped (see ``select`` above).
 * Shifts follow numpy: ``>>`` is arithmetic on signed and logical on unsigned integers, and an
   amount outside ``[0, bits)`` gives 0 (or -1 for a negative value shifted right).
 * ``allocate``: temporaries of at most 64 KiB live on the stack (one ``alloca`` in the entry
@@ -149,14 +160,96 @@ def _memory_type(dtype: str):
     return _ir().IntType(8) if dtype == "bool" else _value_type(dtype)
 
 
-def _has_load(expr) -> bool:
-    stack = [expr]
+def _integer_bounds(dtype: str) -> tuple[int, int] | None:
+    """The smallest and largest value of an integer ``dtype`` (``bool`` is 0..1), else None."""
+    if dtype == "bool":
+        return 0, 1
+    if dtype.startswith("int") or dtype.startswith("uint"):
+        info = np.iinfo(dtype)
+        return int(info.min), int(info.max)
+    return None
+
+
+def _floor_div_range(a, b):
+    """The range of ``x // y`` for ``x`` in ``a`` and ``y`` in ``b`` (``b`` not holding 0)."""
+    quotients = [x // y for x in a for y in b]
+    return min(quotients), max(quotients)
+
+
+def _floor_mod_range(a, b):
+    """The range of ``x % y`` (floor modulo) for ``x`` in ``a``, ``y`` in ``b`` (not holding 0)."""
+    if b[0] == b[1] and a[0] // b[0] == a[1] // b[0]:  # one period: the map is monotonic
+        return a[0] % b[0], a[1] % b[0]
+    if b[0] > 0:
+        return 0, b[1] - 1
+    return b[0] + 1, 0
+
+
+def value_range(expr, ranges: dict) -> tuple[int, int] | None:
+    """``(lo, hi)`` holding every value the integer expression ``expr`` can take, or None when
+    that is not known. ``ranges`` maps variables to their ranges (a loop variable: its
+    iterations). Arithmetic is taken exactly: a node whose range leaves its dtype (it could
+    wrap) has no known range, nor has a load, a float or a variable not in ``ranges``.
+
+    >>> i = L.Var("i")
+    >>> value_range(L.min_expr(L.max_expr(i * 2 - 1, 0), 5), {i: (0, 3)})
+    (0, 5)
+    """
+    found: dict = {}
+    stack = [(expr, False)]
     while stack:
-        node = stack.pop()
-        if isinstance(node, L.Load):
-            return True
-        L.map_children(node, lambda child: stack.append(child) or child)
-    return False
+        node, expanded = stack.pop()
+        if node in found:
+            continue
+        children = []
+        L.map_children(node, lambda child: children.append(child) or child)
+        if not expanded and children and not isinstance(node, L.Load):
+            stack.append((node, True))
+            stack.extend((c, False) for c in children if c not in found)
+            continue
+        found[node] = _node_range(node, found, ranges)
+    return found[expr]
+
+
+def _node_range(node, found: dict, ranges: dict):
+    bounds = _integer_bounds(node.dtype)
+    if bounds is None:
+        return None
+    result = None
+    if isinstance(node, L.IntImm):
+        result = (int(node.value), int(node.value))
+    elif isinstance(node, L.Var):
+        result = ranges.get(node)
+    elif isinstance(node, L.Cast):
+        result = found[node.value] if _integer_bounds(node.value.dtype) else None
+    elif isinstance(node, L.Select):
+        t, f = found[node.true_value], found[node.false_value]
+        result = None if t is None or f is None else (min(t[0], f[0]), max(t[1], f[1]))
+    elif isinstance(node, L.Unary) and node.op == "-":
+        a = found[node.a]
+        result = None if a is None else (-a[1], -a[0])
+    elif isinstance(node, L.Binary):
+        if node.op in L.COMPARE_OPS or node.op in L.LOGICAL_OPS:
+            return 0, 1
+        a, b = found[node.a], found[node.b]
+        if a is None or b is None:
+            return bounds if node.op in ("and", "or") else None
+        if node.op == "+":
+            result = (a[0] + b[0], a[1] + b[1])
+        elif node.op == "-":
+            result = (a[0] - b[1], a[1] - b[0])
+        elif node.op == "*":
+            corners = [x * y for x in a for y in b]
+            result = (min(corners), max(corners))
+        elif node.op == "min":
+            result = (min(a[0], b[0]), min(a[1], b[1]))
+        elif node.op == "max":
+            result = (max(a[0], b[0]), max(a[1], b[1]))
+        elif node.op in ("//", "%") and (b[0] > 0 or b[1] < 0):
+            result = _floor_div_range(a, b) if node.op == "//" else _floor_mod_range(a, b)
+    if result is None or result[0] < bounds[0] or result[1] > bounds[1]:
+        return None
+    return result
 
 
 def _stored_buffers(stmt) -> set:
@@ -186,6 +279,18 @@ def _strides(buffer) -> list[int]:
         strides.append(step)
         step *= extent
     return strides[::-1]
+
+
+def _constant_divisor(value) -> int | None:
+    """The divisor's value when it is an LLVM constant (a splat in vector code), else None."""
+    ir = _ir()
+    if not isinstance(value, ir.Constant):
+        return None
+    constant = value.constant
+    if isinstance(constant, (list, tuple)):
+        values = {getattr(c, "constant", None) for c in constant}
+        constant = values.pop() if len(values) == 1 else None
+    return constant if isinstance(constant, int) else None
 
 
 def _is_mul(e) -> bool:
@@ -328,13 +433,6 @@ class _VectorLoop:
             if isinstance(node, L.Load) and node.buffer in written:
                 if L.to_text(node) not in written[node.buffer]:  # another lane's element
                     return None
-            guarded = ()
-            if isinstance(node, L.Select):
-                guarded = (node.true_value, node.false_value)
-            elif isinstance(node, L.Binary) and node.op in ("and", "or"):
-                guarded = (node.b,)
-            if guarded and self.depends(node) and any(_has_load(g) for g in guarded):
-                return None  # a lane must not read what its condition guards against
             L.map_children(node, lambda child: stack.append(child) or child)
         return self
 
@@ -380,6 +478,8 @@ class _FunctionBuilder:
         self.b = ir.IRBuilder(start)
         self.pointers = dict(zip(params, self.fn.args))
         self.env: dict = {}
+        self.ranges: dict = {}  # variable -> (lo, hi), for proving loads in bounds
+        self.speculative = 0  # > 0 while computing a side of a select that may not be chosen
         self.loop_count = 0
         self.expr_table = {
             L.IntImm: self._int, L.FloatImm: self._float, L.Var: self._var,
@@ -400,7 +500,9 @@ class _FunctionBuilder:
             begin_arg.name, end_arg.name = "begin", "end"
             loop = self.parallel_loop
             base = self.expr(loop.begin)
+            self._bind_range(loop.var, loop.begin, loop.extent)
             self._loop(loop, self.b.add(base, begin_arg), self.b.add(base, end_arg), None)
+            self.ranges.pop(loop.var, None)
         else:
             self.stmt(self.body)
         self.b.ret_void()
@@ -439,19 +541,20 @@ class _FunctionBuilder:
     def _binary(self, e):
         b = self.b
         op = e.op
-        if op in ("and", "or") and _has_load(e.b):
-            return self._short_circuit(e)
         dtype = e.a.dtype
         if (op in ("+", "-") and _is_float(dtype) and (_is_mul(e.a) or _is_mul(e.b))
                 and self.vector is not None and self.vector.depends(e)):
             return self._multiply_add(e)
-        x, y = self.match(self.expr(e.a), self.expr(e.b))
+        if op in ("and", "or"):  # the right side is computed even where the left decides
+            x = self.expr(e.a)
+            x, y = self.match(x, self.speculate(e.b))
+        else:
+            x, y = self.match(self.expr(e.a), self.expr(e.b))
         if op in ("<<", ">>"):
             return self._shift(op, x, y, _is_unsigned(dtype))
-        if op == "and":
-            return b.and_(x, y)
-        if op == "or":
-            return b.or_(x, y)
+        if op in ("and", "or"):  # as selects: a poison right side is dropped where x decides
+            decided = self.match(self.ir.Constant(self.ir.IntType(1), int(op == "or")), x)[0]
+            return b.select(x, y, decided) if op == "and" else b.select(x, decided, y)
         if _is_float(dtype):
             simple = {"+": b.fadd, "-": b.fsub, "*": b.fmul, "/": b.fdiv}
             if op in simple:
@@ -540,38 +643,56 @@ class _FunctionBuilder:
         return tuple(v if _lanes(v) is not None else self.splat(v, lanes) for v in values)
 
     def _floor_div_mod(self, op, x, y, unsigned):
-        b = self.b
+        """Floor division or modulo with numpy's answers where LLVM has none: ``x // 0`` and
+        ``x % 0`` are 0, ``INT_MIN // -1`` wraps. LLVM's ``sdiv``/``srem`` never see a divisor
+        of 0 or -1 (undefined behaviour, a trap on x86); a constant divisor skips the checks."""
+        ir, b = self.ir, self.b
+        zero, one = ir.Constant(x.type, 0), ir.Constant(x.type, 1)
+        known = _constant_divisor(y)
+        checked = known is None or known == 0 or (known == -1 and not unsigned)
+        if checked:
+            y = self.freeze(y)
+            is_zero = b.icmp_unsigned("==", y, zero)
+            special = is_zero
+            if not unsigned:
+                minus_one = ir.Constant(x.type, -1)
+                is_minus_one = b.icmp_signed("==", y, minus_one)
+                special = b.or_(is_zero, is_minus_one)
+            divisor = b.select(special, one, y)
+        else:
+            divisor = y
         if unsigned:
-            return b.udiv(x, y) if op == "//" else b.urem(x, y)
-        quotient, remainder = b.sdiv(x, y), b.srem(x, y)
-        zero = self.ir.Constant(x.type, 0)
+            result = b.udiv(x, divisor) if op == "//" else b.urem(x, divisor)
+            return b.select(is_zero, zero, result) if checked else result
+        quotient, remainder = b.sdiv(x, divisor), b.srem(x, divisor)
         # The truncated result is off by one when the remainder is non-zero and its sign
         # differs from the divisor's.
         adjust = b.and_(b.icmp_signed("!=", remainder, zero),
-                        b.icmp_signed("<", b.xor(remainder, y), zero))
+                        b.icmp_signed("<", b.xor(remainder, divisor), zero))
         if op == "//":
-            return b.sub(quotient, b.zext(adjust, x.type))
-        return b.select(adjust, b.add(remainder, y), remainder)
-
-    def _short_circuit(self, e):
-        b = self.b  # never reached by a vector condition (see _VectorLoop.plan)
-        first = self.expr(e.a)
-        start = b.block
-        rhs_block = b.append_basic_block("rhs")
-        done = b.append_basic_block("logic_end")
-        if e.op == "and":
-            b.cbranch(first, rhs_block, done)
+            result = b.sub(quotient, b.zext(adjust, x.type))
+            if checked:  # x // -1 is -x (wrapping), x // 0 is 0
+                result = b.select(is_minus_one, b.neg(x), result)
         else:
-            b.cbranch(first, done, rhs_block)
-        b.position_at_end(rhs_block)
-        second = self.expr(e.b)
-        rhs_end = b.block
-        b.branch(done)
-        b.position_at_end(done)
-        phi = b.phi(self.ir.IntType(1))
-        phi.add_incoming(self.ir.Constant(self.ir.IntType(1), int(e.op == "or")), start)
-        phi.add_incoming(second, rhs_end)
-        return phi
+            result = b.select(adjust, b.add(remainder, divisor), remainder)
+        return b.select(is_zero, zero, result) if checked else result
+
+    def freeze(self, value):
+        """``freeze value``: a poison or undef value becomes some fixed value, so that a
+        check on it (a divisor's, an offset's clamp) holds for what is then used."""
+        instruction = self.ir.instructions.Instruction(self.b.block, value.type, "freeze",
+                                                       [value])
+        self.b._insert(instruction)
+        return instruction
+
+    def speculate(self, e):
+        """``e`` computed where the program might not have chosen to compute it (a side of a
+        ``select``, the right side of ``and``/``or``): its loads stay in bounds."""
+        self.speculative += 1
+        try:
+            return self.expr(e)
+        finally:
+            self.speculative -= 1
 
     def _unary(self, e):
         x = self.expr(e.a)
@@ -582,35 +703,10 @@ class _FunctionBuilder:
         return self.b.neg(x)
 
     def _select(self, e):
-        b = self.b
         cond = self.expr(e.cond)
-        if not (_has_load(e.true_value) or _has_load(e.false_value)):
-            cond, true_value, false_value = self.match(cond, self.expr(e.true_value),
-                                                       self.expr(e.false_value))
-            return b.select(cond, true_value, false_value)
-        # The condition is the same in every lane here (see _VectorLoop.plan).
-        lanes = self.vector.lanes if self.vector is not None and self.vector.depends(e) else None
-        then_block = b.append_basic_block("select_true")
-        else_block = b.append_basic_block("select_false")
-        done = b.append_basic_block("select_end")
-        b.cbranch(cond, then_block, else_block)
-        b.position_at_end(then_block)
-        true_value = self.expr(e.true_value)
-        if lanes is not None and _lanes(true_value) is None:
-            true_value = self.splat(true_value, lanes)
-        then_end = b.block
-        b.branch(done)
-        b.position_at_end(else_block)
-        false_value = self.expr(e.false_value)
-        if lanes is not None and _lanes(false_value) is None:
-            false_value = self.splat(false_value, lanes)
-        else_end = b.block
-        b.branch(done)
-        b.position_at_end(done)
-        phi = b.phi(true_value.type)
-        phi.add_incoming(true_value, then_end)
-        phi.add_incoming(false_value, else_end)
-        return phi
+        cond, true_value, false_value = self.match(cond, self.speculate(e.true_value),
+                                                   self.speculate(e.false_value))
+        return self.b.select(cond, true_value, false_value)
 
     def _cast(self, e):
         return self.convert(self.expr(e.value), e.value.dtype, e.dtype)
@@ -683,9 +779,36 @@ class _FunctionBuilder:
             offsets = self.splat(offsets, vector.lanes)
         return False, offsets
 
+    def in_bounds(self, buffer, indices) -> bool:
+        """Whether ``buffer[indices]`` is proven to lie inside the buffer in every iteration."""
+        if len(indices) == 1 and len(buffer.shape) != 1:  # a flat index
+            extents = (buffer.size,)
+        else:
+            extents = buffer.shape
+        for index, extent in zip(indices, extents):
+            known = value_range(index, self.ranges)
+            if known is None or known[0] < 0 or known[1] >= extent:
+                return False
+        return True
+
+    def _clamped_offset(self, buffer, indices):
+        """The row-major offset of ``buffer[indices]`` clamped to ``[0, size - 1]``: where a
+        load the program may not have chosen reads (see :meth:`speculate`)."""
+        ir, b = self.ir, self.b
+        offset = self.freeze(self._offset(buffer, indices))
+        low = ir.Constant(self.i64, 0)
+        high = ir.Constant(self.i64, buffer.size - 1)
+        if _lanes(offset) is not None:
+            low, high = self.splat(low, _lanes(offset)), self.splat(high, _lanes(offset))
+        offset = b.select(b.icmp_signed("<", offset, low), low, offset)
+        return b.select(b.icmp_signed(">", offset, high), high, offset)
+
     def _load(self, e):
         itemsize = np.dtype(e.buffer.dtype).itemsize
-        if self.vector is not None and self.vector.depends(e):
+        lanes = self.vector.lanes if self.vector is not None and self.vector.depends(e) else None
+        if self.speculative and not self.in_bounds(e.buffer, e.indices):
+            value = self._clamped_load(e.buffer, e.indices, lanes)
+        elif lanes is not None:
             value = self._vector_load(e.buffer, e.indices)
         else:
             value = self.b.load(self._address(e.buffer, e.indices), align=max(1, itemsize))
@@ -697,6 +820,27 @@ class _FunctionBuilder:
         """``element``, or a vector of it as wide as ``value``."""
         lanes = _lanes(value)
         return element if lanes is None else self.ir.VectorType(element, lanes)
+
+    def _clamped_load(self, buffer, indices, lanes):
+        """A load the program may not have chosen, at an offset clamped into ``buffer`` (one
+        element per lane in vector code; a value of zeros when the buffer is empty)."""
+        ir, b = self.ir, self.b
+        elem = _memory_type(buffer.dtype)
+        if buffer.size == 0:
+            return ir.Constant(elem if lanes is None else ir.VectorType(elem, lanes), None)
+        align = max(1, np.dtype(buffer.dtype).itemsize)
+        pointer = self._pointer(buffer)
+        offsets = self._clamped_offset(buffer, indices)
+        if lanes is None:
+            return b.load(b.gep(pointer, [offsets], inbounds=True), align=align)
+        if _lanes(offsets) is None:
+            offsets = self.splat(offsets, lanes)
+        value = ir.Constant(ir.VectorType(elem, lanes), ir.Undefined)
+        for lane in range(lanes):  # a gather, one element at a time
+            index = ir.Constant(ir.IntType(32), lane)
+            address = b.gep(pointer, [b.extract_element(offsets, index)], inbounds=True)
+            value = b.insert_element(value, b.load(address, align=align), index)
+        return value
 
     def _vector_load(self, buffer, indices):
         ir, b = self.ir, self.b
@@ -801,8 +945,12 @@ class _FunctionBuilder:
         if s.var in self.env:
             raise CompileError(f"{self.where()}: variable {s.var.name} is bound twice")
         self.env[s.var] = value
+        known = value_range(s.value, self.ranges)
+        if known is not None:
+            self.ranges[s.var] = known
         self.stmt(s.body)
         del self.env[s.var]
+        self.ranges.pop(s.var, None)
 
     def _if(self, s):
         b = self.b
@@ -853,19 +1001,32 @@ class _FunctionBuilder:
             for value in range(s.begin.value, s.begin.value + s.extent.value):
                 self.env[s.var] = self.convert(self.ir.Constant(self.i64, value), "int64",
                                                s.var.dtype)
+                self.ranges[s.var] = (value, value)
                 self.stmt(s.body)
             del self.env[s.var]
+            self.ranges.pop(s.var, None)
             return
-        if s.kind == "vectorized" and self.vector is None:
-            plan = _VectorLoop.plan(s)
-            if plan is not None:
-                self._vector_loop(s, plan)
-                return
-        extent = self.convert(self.expr(s.extent), s.extent.dtype, "int64")
-        end = self.b.add(begin, extent)
-        hints = {"vectorized": [("llvm.loop.vectorize.enable", True)],
-                 "unrolled": [("llvm.loop.unroll.enable", None)]}.get(s.kind)
-        self._loop(s, begin, end, hints)
+        self._bind_range(s.var, s.begin, s.extent)
+        try:
+            if s.kind == "vectorized" and self.vector is None:
+                plan = _VectorLoop.plan(s)
+                if plan is not None:
+                    self._vector_loop(s, plan)
+                    return
+            extent = self.convert(self.expr(s.extent), s.extent.dtype, "int64")
+            end = self.b.add(begin, extent)
+            hints = {"vectorized": [("llvm.loop.vectorize.enable", True)],
+                     "unrolled": [("llvm.loop.unroll.enable", None)]}.get(s.kind)
+            self._loop(s, begin, end, hints)
+        finally:
+            self.ranges.pop(s.var, None)
+
+    def _bind_range(self, var, begin, extent):
+        """Record the range of loop variable ``var`` (for proving loads in bounds), when the
+        ranges of the loop's begin and extent are known."""
+        first, count = value_range(begin, self.ranges), value_range(extent, self.ranges)
+        if first is not None and count is not None and count[1] >= 1:
+            self.ranges[var] = (first[0], first[1] + count[1] - 1)
 
     def _vector_loop(self, s, plan: _VectorLoop):
         """The loop's iterations as one straight-line pass over ``<lanes x T>`` values."""
@@ -874,6 +1035,7 @@ class _FunctionBuilder:
                            [plan.begin + lane for lane in range(plan.lanes)])
         self.vector = plan
         self.env[s.var] = self.convert(ramp, "int64", s.var.dtype)
+        self.ranges[s.var] = (plan.begin, plan.begin + plan.lanes - 1)
         try:
             self.stmt(s.body)
         finally:

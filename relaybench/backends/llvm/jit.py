@@ -1,17 +1,25 @@
 """The LLVM JIT: LLVM IR in, callable machine code for the host CPU out.
 
-One process-wide :class:`JIT` (``get_jit()``) owns an MCJIT execution engine for the host (its
-triple, CPU name and features, so AVX-512 is used where present). ``compile_module`` takes an
-``llvmlite.ir.Module`` (or its text), verifies it, optimizes it at -O3 with LLVM's new pass
-manager, turns it into object code and loads that into the engine. Object code is the one path
-for every kernel: a kernel compiled now and one read back from the on-disk cache
+One process-wide :class:`JIT` (``get_jit()``) compiles for the host (its triple, CPU name and
+features, so AVX-512 is used where present). ``compile_module`` takes an ``llvmlite.ir.Module``
+(or its text), verifies it, optimizes it at -O3 with LLVM's new pass manager, turns it into
+object code and loads that into an MCJIT execution engine of its own. Object code is the one
+path for every kernel: a kernel compiled now and one read back from the on-disk cache
 (:mod:`.cache`) are loaded the same way, so a second process skips LLVM's optimizer and code
 generator altogether.
 
 Every function a module defines with external linkage gets a unique symbol (its name plus the
-first hex digits of the kernel's cache key), so many modules, each with a function called
-``main`` or ``kernel``, live side by side in the one engine. ``CompiledModule`` maps the names
-back: ``address("vadd")``, ``function("vadd", argtypes)``.
+first hex digits of the kernel's cache key), so a module's object code is the same whichever
+process loads it. ``CompiledModule`` maps the names back: ``address("vadd")``,
+``function("vadd", argtypes)``.
+
+Memory: the JIT keeps the ``RB_KERNEL_CACHE_SIZE`` most recently used modules loaded (a
+repeated ``compile_module`` returns the same object). A module pushed out of that set stays
+loaded exactly as long as something refers to it (a kernel, a ``function`` callable, a built
+graph module); when the last reference goes, its engine is disposed and its machine code
+freed, which one engine per module makes possible (MCJIT frees code only with its engine).
+Asked for again, it is read back from the disk cache. An ``address`` is valid only while its
+module is referred to.
 
 The vectorizer on x86 prefers 256-bit vectors unless a function asks for more;
 :func:`prefer_vector_width` adds the ``"prefer-vector-width"="512"`` attribute to an
@@ -38,6 +46,8 @@ from __future__ import annotations
 import ctypes
 import functools
 import threading
+import weakref
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -47,7 +57,7 @@ from ...errors import CompileError
 from .cache import CacheEntry, KernelCache, cache_key
 
 __all__ = ["HostTarget", "JIT", "CompiledModule", "host_target", "get_jit", "compile_module",
-           "prefer_vector_width"]
+           "prefer_vector_width", "known_cpus"]
 
 _SOURCE_KINDS = ("llvm", "asm")
 
@@ -114,6 +124,57 @@ def host_target() -> HostTarget:
         return _host
 
 
+_cpus: frozenset | None = None
+
+
+def known_cpus() -> frozenset:
+    """The CPU names LLVM knows for the host's target (``znver4``, ``haswell``, ...).
+
+    llvmlite has no call that lists them; LLVM prints the list on stderr when a target machine
+    is made for the CPU ``help``. That is done once, with file descriptor 2 sent to a temporary
+    file meanwhile (other threads' writes to stderr in that moment land there too).
+    """
+    global _cpus
+    llvm = _binding()
+    with _host_lock:
+        if _cpus is None:
+            _cpus = frozenset(_parse_cpu_help(_captured_stderr(
+                lambda: llvm.Target.from_triple(llvm.get_process_triple())
+                .create_target_machine(cpu="help"))))
+        return _cpus
+
+
+def _captured_stderr(fn) -> str:
+    """What ``fn()`` writes to file descriptor 2 (LLVM writes there, not to ``sys.stderr``)."""
+    import os
+    import sys
+    import tempfile
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as sink:
+        try:
+            os.dup2(sink.fileno(), 2)
+            fn()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        sink.seek(0)
+        return sink.read().decode("utf-8", "replace")
+
+
+def _parse_cpu_help(text: str) -> list[str]:
+    """The names in LLVM's ``Available CPUs for this target:`` listing (``  name - text``)."""
+    names, listing = [], False
+    for line in text.splitlines():
+        if line.startswith("Available CPUs"):
+            listing = True
+        elif line.startswith("Available"):
+            listing = False
+        elif listing and line.startswith("  ") and " - " in line:
+            names.append(line.split()[0])
+    return names
+
+
 def prefer_vector_width(function, bits: int = 512) -> None:
     """Ask LLVM to vectorize ``function`` (an ``llvmlite.ir.Function``) with ``bits``-wide vectors.
 
@@ -149,22 +210,36 @@ def _string_attribute_set():
     return FunctionAttributesWithStrings
 
 
+def _dispose_engine(engine) -> None:
+    engine.close()
+
+
 class CompiledModule:
-    """One module's machine code inside the engine.
+    """One module's machine code, in an MCJIT engine of its own.
 
     ``origin`` is ``"compiled"`` (LLVM ran in this process) or ``"disk"`` (object code read from
     the kernel cache); a repeated ``compile_module`` call in the same process returns the very
-    same object. ``key`` is the cache key.
+    same object while it is loaded. ``key`` is the cache key. The engine, and with it the
+    machine code, is disposed when the object is garbage (``loaded`` tells until then).
     """
 
     def __init__(self, jit: JIT, key: str, origin: str, entry: CacheEntry,
-                 addresses: dict[str, int]):
+                 addresses: dict[str, int], engine=None):
         self._jit = jit
         self.key = key
         self.origin = origin
         self._entry = entry
         self._addresses = addresses
         self._asm: str | None = None
+        self._release = None
+        if engine is not None:
+            self._release = weakref.finalize(self, _dispose_engine, engine)
+            self._release.atexit = False  # daemon threads may still run it while Python exits
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the machine code is still in memory (always, while this object exists)."""
+        return self._release is None or self._release.alive
 
     @property
     def function_names(self) -> list[str]:
@@ -176,7 +251,7 @@ class CompiledModule:
         return self._entry.symbols[name]
 
     def address(self, name: str) -> int:
-        """The machine address of function ``name``."""
+        """The machine address of function ``name``; valid while this module is referred to."""
         self._check_name(name)
         return self._addresses[name]
 
@@ -213,22 +288,33 @@ class CompiledModule:
 
 
 class JIT:
-    """An MCJIT engine for the host, the -O3 pipeline and the kernel cache.
+    """The host's -O3 pipeline, the kernel cache, and the loaded modules.
 
-    ``stats`` counts ``compiled`` (LLVM ran), ``from_disk`` (loaded from the cache) and
-    ``from_memory`` (the same key compiled earlier in this process).
+    ``stats`` counts ``compiled`` (LLVM ran), ``from_disk`` (loaded from the cache),
+    ``from_memory`` (the same key loaded earlier in this process and still loaded) and
+    ``evicted`` (modules pushed out of the ``RB_KERNEL_CACHE_SIZE`` most recently used; each is
+    freed when nothing else refers to it). ``cached`` is how many modules the JIT itself holds,
+    ``loaded`` how many are in memory (those, plus the evicted ones still in use).
     """
 
     def __init__(self, cache: KernelCache | None = None):
-        llvm = _binding()
+        _binding()
         self.target = host_target()
         self.cache = cache if cache is not None else KernelCache()
         self.lock = threading.RLock()
         self.machine = self.target.create_target_machine()  # optimizes and emits code
-        self._engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""),
-                                                  self.target.create_target_machine())
-        self._modules: dict[str, CompiledModule] = {}
-        self.stats = {"compiled": 0, "from_disk": 0, "from_memory": 0}
+        self._recent: OrderedDict[str, CompiledModule] = OrderedDict()  # least recent first
+        self._loaded: weakref.WeakValueDictionary[str, CompiledModule] = \
+            weakref.WeakValueDictionary()
+        self.stats = {"compiled": 0, "from_disk": 0, "from_memory": 0, "evicted": 0}
+
+    @property
+    def cached(self) -> int:
+        return len(self._recent)
+
+    @property
+    def loaded(self) -> int:
+        return len(self._loaded)
 
     def compile_module(self, module, *, key: str | None = None, cache: bool = True,
                        name: str = "module") -> CompiledModule:
@@ -242,9 +328,10 @@ class JIT:
         text = str(module)
         digest = cache_key(text if key is None else key, self.target.identity)
         with self.lock:
-            known = self._modules.get(digest)
+            known = self._loaded.get(digest)
             if known is not None:
                 self.stats["from_memory"] += 1
+                self._remember(known)
                 return known
             entry = self.cache.load(digest) if cache else None
             origin = "disk"
@@ -253,10 +340,11 @@ class JIT:
                 origin = "compiled"
                 if cache:
                     self.cache.store(digest, entry)
-            addresses = self._load(entry, name)
+            engine, addresses = self._load(entry, name)
             self.stats["compiled" if origin == "compiled" else "from_disk"] += 1
-            compiled = CompiledModule(self, digest, origin, entry, addresses)
-            self._modules[digest] = compiled
+            compiled = CompiledModule(self, digest, origin, entry, addresses, engine)
+            self._loaded[digest] = compiled
+            self._remember(compiled)
         if config.get("RB_DEBUG") >= 4:
             print(f"; {name}: {compiled!r}\n{entry.llvm_ir}")
         return compiled
@@ -287,18 +375,36 @@ class JIT:
         builder.getModulePassManager().run(mod, builder)
         return CacheEntry(machine.emit_object(mod), str(mod), symbols)
 
-    def _load(self, entry: CacheEntry, name: str) -> dict[str, int]:
+    def _remember(self, compiled: CompiledModule) -> None:
+        """Make ``compiled`` the most recently used; let go of the least recently used beyond
+        ``RB_KERNEL_CACHE_SIZE`` (read now, so a ``config.Context`` applies)."""
+        recent = self._recent
+        recent[compiled.key] = compiled
+        recent.move_to_end(compiled.key)
+        limit = config.get("RB_KERNEL_CACHE_SIZE")
+        while len(recent) > limit:
+            recent.popitem(last=False)
+            self.stats["evicted"] += 1
+
+    def _load(self, entry: CacheEntry, name: str):
+        """A new engine holding ``entry``'s object code, and its functions' addresses."""
         llvm = _binding()
-        self._engine.add_object_file(llvm.ObjectFileRef.from_data(entry.object_code))
-        self._engine.finalize_object()
-        addresses = {}
-        for original, symbol in entry.symbols.items():
-            address = self._engine.get_function_address(symbol)
-            if not address:
-                raise CompileError(f"module {name!r}: symbol {symbol!r} (function {original!r}) "
-                                   f"not found after loading its object code")
-            addresses[original] = address
-        return addresses
+        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""),
+                                            self.target.create_target_machine())
+        try:
+            engine.add_object_file(llvm.ObjectFileRef.from_data(entry.object_code))
+            engine.finalize_object()
+            addresses = {}
+            for original, symbol in entry.symbols.items():
+                address = engine.get_function_address(symbol)
+                if not address:
+                    raise CompileError(f"module {name!r}: symbol {symbol!r} (function "
+                                       f"{original!r}) not found after loading its object code")
+                addresses[original] = address
+        except BaseException:
+            engine.close()
+            raise
+        return engine, addresses
 
 
 _jit: JIT | None = None

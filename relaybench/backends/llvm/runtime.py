@@ -286,7 +286,7 @@ def _launcher(function, values: tuple, parallel_extent: int | None, threads: int
         pointers = np.array(values, dtype=np.int64)
         address = pointers.ctypes.data
 
-        def launch_spinning(keep=(keep, pointers)):
+        def launch_spinning(keep=(keep, pointers, function)):  # function: keeps the code
             spinning.run(entry, address, ranges)
         return launch_spinning
 

@@ -4,8 +4,9 @@ A strategy module has two functions:
 
 * ``compute(call, target)``: a compute to use for this call instead of the op's own (or None), as
   TVM's x86 ``conv2d_NCHWc`` splits the input channels into block and lane;
-* ``schedule(group) -> (Schedule, rule name)``: the schedule of one group
-  (:class:`~relaybench.backends.lowering.GroupInfo`).
+* ``schedule(group, compute_at=True) -> (Schedule, rule name)``: the schedule of one group
+  (:class:`~relaybench.backends.lowering.GroupInfo`); with ``compute_at=False`` no stage is
+  attached inside another's loops (lowering's fallback when a region cannot be inferred).
 
 ``get_strategy(target)`` picks the module for a target; ``llvm`` is :mod:`.x86`.
 """

@@ -35,6 +35,14 @@ Rules, by the group's anchor (the call with the highest pattern kind):
 
 Every stage that is not an output and not a reduction is inlined into its readers, except a
 convolution's padding.
+
+The tiled rules compute the anchor inside its epilogue's loops (``compute_at``), which needs the
+region each tile reads to be inferable. When it is not (an epilogue reading the anchor through
+an index tensor, or both straight and transposed), lowering raises
+:class:`~relaybench.te.ComputeAtError` and asks for the schedule again with
+``compute_at=False``: the anchor computed at the root into a whole buffer, the epilogue an
+injective stage reading it (rules ``conv2d_NCHWc_at_root``, ``conv2d_NCHW_at_root``,
+``dense_at_root``; a tiled reduction becomes ``reduce``).
 """
 
 from __future__ import annotations
@@ -178,8 +186,16 @@ def compute(call, target):
 
 # ----------------------------------------------------------------------------------- schedules
 
-def schedule(group):
-    """The schedule of one fused group and the name of the rule that made it."""
+def schedule(group, compute_at: bool = True):
+    """The schedule of one fused group and the name of the rule that made it.
+
+    With ``compute_at=False`` no stage is attached inside another's loops: the anchor is computed
+    at the root into a whole buffer and its epilogue reads that buffer. Lowering asks for this
+    when the tiled rule's ``compute_at`` cannot be carried out (a
+    :class:`~relaybench.te.ComputeAtError`: the epilogue reads the anchor through indices that
+    are not affine over the loops' ranges, or both straight and transposed); the rule's name
+    then ends in ``_at_root``.
+    """
     s = te.create_schedule(group.outputs)
     output_ops = {t.op for t in group.outputs}
     anchor = group.anchor
@@ -200,19 +216,27 @@ def schedule(group):
     done = set()
     if kind in ("NCHWc", "depthwise_NCHWc"):
         rule = "conv2d_NCHWc" if kind == "NCHWc" else "depthwise_conv2d_NCHWc"
-        _schedule_conv_nchwc(s, group, keep)
+        if compute_at:
+            _schedule_conv_nchwc(s, group, keep)
+        else:
+            rule += "_at_root"
+            _schedule_conv_nchwc_simple(s, group.anchor_tensors[0].op, next(iter(keep), None),
+                                        list(group.outputs))
         done = set(s.ops)
-    elif kind == "NCHW" and _schedule_conv_nchw(s, group, keep):
+    elif kind == "NCHW" and compute_at and _schedule_conv_nchw(s, group, keep):
         rule = "conv2d_NCHW"
         done = set(s.ops)
+    elif kind == "NCHW":
+        rule = "conv2d_NCHW_at_root"
     elif anchor is not None and anchor.op.name == "nn.dense" and any(
             op.name == "dense_partial" for op in s.ops):
-        rule = "dense"
-        if _schedule_dense(s, group):
+        rule = "dense" if compute_at else "dense_at_root"
+        if compute_at and _schedule_dense(s, group):
             done = set(s.ops)
     elif any(isinstance(op, ComputeOp) and op.reduce_axis for op in s.ops):
         rule = "reduce"
-        if len(group.outputs) == 1 and anchor is not None and group.anchor_tensors:
+        if compute_at and len(group.outputs) == 1 and anchor is not None \
+                and group.anchor_tensors:
             red = group.anchor_tensors[0]
             if isinstance(red.op, ComputeOp) and red.op.reduce_axis and \
                     tuple(red.shape) == tuple(group.outputs[0].shape) and \

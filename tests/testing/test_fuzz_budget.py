@@ -1,0 +1,25 @@
+"""A fixed-seed fuzz run that the test suite makes: every program agrees on every
+configuration. A failure names the seeds; ``relaybench fuzz --seed S --n 1 --out DIR
+--minimize`` shrinks one."""
+
+import pytest
+
+from relaybench.testing.fuzz import check_seed
+
+FIRST_SEED = 50_000
+CHUNKS = 12
+PER_CHUNK = 30       # 360 programs: about 2.5 minutes under pytest -n 2 (cold kernel cache)
+
+
+@pytest.mark.parametrize("chunk", range(CHUNKS))
+def test_fuzz_budget(chunk):
+    failures = []
+    for seed in range(FIRST_SEED + chunk * PER_CHUNK, FIRST_SEED + (chunk + 1) * PER_CHUNK):
+        result = check_seed(seed, [c for c in _configs()])
+        failures += [f"seed {seed}: {o}"[:400] for o in result.failures]
+    assert not failures, "\n".join(failures)
+
+
+def _configs():
+    from relaybench.testing import CONFIGS
+    return list(CONFIGS)
