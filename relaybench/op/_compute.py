@@ -124,13 +124,34 @@ def _floor_divide(a, b):
 
 
 def _mod(a, b):
-    if is_int(a.dtype):
-        return a - trunc_divide(a, b) * b
-    return a - _trunc(a / b) * b
+    """Truncated remainder (C's ``%``, ``fmod``), with the sign of ``a``.
+
+    Integers: the floor remainder, moved by ``b`` where it is non-zero and the operands' signs
+    differ; it inherits the floor remainder's answers where C has none (``x mod 0`` and
+    ``INT_MIN mod -1`` are 0, as numpy's ``fmod``). Floats: the exact ``fmod`` (no quotient is
+    formed, so ``-1.8e308 mod 0.5`` is ``-0.0``, where ``a - trunc(a / b) * b`` overflowed)."""
+    if not is_int(a.dtype):
+        return te.fmod(a, b)
+    r = a % b
+    if a.dtype.startswith("uint"):
+        return r
+    zero = loop_ir.const(0, a.dtype)
+    moved = loop_ir.not_equal(r, zero) & loop_ir.not_equal(a < zero, b < zero)
+    return te.if_then_else(moved, r - b, r)
 
 
 def _floor_mod(a, b):
-    return a % b if is_int(a.dtype) else a - te.floor(a / b) * b
+    """Floor remainder, with the sign of ``b``. Floats as numpy's ``remainder``: the exact
+    ``fmod``, plus ``b`` where it is non-zero and of the other sign than ``b``; a zero remainder
+    takes ``b``'s sign."""
+    if is_int(a.dtype):
+        return a % b
+    zero = loop_ir.const(0.0, a.dtype)
+    r = te.fmod(a, b)
+    moved = loop_ir.not_equal(r, zero) & loop_ir.not_equal(r < zero, b < zero)
+    signed_zero = te.if_then_else(b < zero, loop_ir.const(-0.0, a.dtype), zero)
+    return te.if_then_else(moved, r + b,
+                           te.if_then_else(loop_ir.equal(r, zero), signed_zero, r))
 
 
 def _power(a, b):
@@ -772,7 +793,13 @@ def _global_pool(combiner: str, name: str):
         hi, wi, shape, finish = _pool_layouts(name, attrs, out_type)
         ry, rx = te.reduce_axis(x.shape[hi], name="ry"), te.reduce_axis(x.shape[wi], name="rx")
         reduce = te.sum if combiner == "sum" else te.max
-        total = te.compute(shape, lambda *i: reduce(x[_at_hw(i, hi, wi, ry, rx)], axis=[ry, rx]),
+        # an integer mean sums in 64 bits, as the reference does, so an 8-bit window cannot wrap
+        acc = x.dtype
+        if combiner == "sum" and is_int(x.dtype):
+            acc = "uint64" if x.dtype.startswith("uint") else "int64"
+        total = te.compute(shape, lambda *i: reduce(te.cast(acc, x[_at_hw(i, hi, wi, ry, rx)])
+                                                    if acc != x.dtype else
+                                                    x[_at_hw(i, hi, wi, ry, rx)], axis=[ry, rx]),
                            name=f"{name}_reduce")
         if combiner == "max":
             return finish(total)
@@ -909,7 +936,10 @@ def _arg_reducer(combiner: str, name: str):
         for a in axes:
             size *= x.shape[a]
         def body(*i):
-            hit = loop_ir.equal(x[source_index2(i)], best[i])
+            value = x[source_index2(i)]
+            hit = loop_ir.equal(value, best[i])
+            if is_float(x.dtype):  # a NaN is the extreme (max/min propagate it), as numpy's
+                hit = hit | loop_ir.not_equal(value, value)  # argmax: the first NaN's index
             if attrs.select_last_index:
                 return te.max(te.if_then_else(hit, flat, -1), axis=list(raxes2.values()))
             return te.min(te.if_then_else(hit, flat, size), axis=list(raxes2.values()))

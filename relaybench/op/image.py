@@ -20,7 +20,10 @@ The numpy reference follows TVM's kernel (``topi.image.resize2d``) step by step:
 * ``tf_crop_and_resize``: ``roi`` start plus ``x`` steps across the roi (pixels outside the input
   become ``extrapolation_value``),
 
-computed in float32 as TVM does. ``nearest_neighbor`` then rounds the coordinate
+computed in float32 as TVM does, for every data dtype (float64 data too), each operation
+rounded to float32 in the reference and in compiled kernels alike (the code generator does not
+fuse a coordinate's multiply and add), so that a coordinate landing half-way between pixels
+picks the same pixel everywhere. ``nearest_neighbor`` then rounds the coordinate
 (``rounding_method``; by default ``round``, halves away from zero, for ``align_corners`` and
 ``floor`` otherwise, the floor and ceil nudged by 1e-5 as in TVM) and clamps it into the image;
 ``linear`` interpolates the two neighbours along each axis (width first, then height) with

@@ -155,7 +155,9 @@ def _floor_divide(a, b):
 
 
 def _floor_mod(a, b):
-    return np.remainder(a, b) if _is_int(a) else a - np.floor(np.true_divide(a, b)) * b
+    # numpy's remainder: the exact fmod, moved by b when its sign differs from b's (the formula
+    # a - floor(a / b) * b overflows when a / b does: -1.8e308 floor_mod 0.5 would be inf)
+    return np.remainder(a, b)
 
 
 def _power(a, b):
@@ -180,8 +182,10 @@ floor_divide = _binary("floor_divide", _floor_divide, "Elementwise quotient roun
                                                       "infinity: ``floor(lhs / rhs)``.")
 mod = _binary("mod", np.fmod, "Elementwise remainder of truncated division (C's ``%`` and "
                               "``fmod``): it has the sign of ``lhs``.")
-floor_mod = _binary("floor_mod", _floor_mod, "Elementwise remainder of floor division "
-                                             "(``lhs - floor(lhs / rhs) * rhs``): the sign of ``rhs``.")
+floor_mod = _binary("floor_mod", _floor_mod, "Elementwise remainder of floor division, with the "
+                                             "sign of ``rhs`` (numpy's ``remainder``: for floats "
+                                             "the exact ``fmod``, plus ``rhs`` where the signs "
+                                             "differ).")
 power = _binary("power", _power, "Elementwise ``lhs ** rhs``; for integers a negative exponent "
                                  "gives the truncated ``1 / lhs**|rhs|``.")
 maximum = _binary("maximum", np.maximum, "Elementwise maximum with numpy broadcasting.", broadcast_rel)

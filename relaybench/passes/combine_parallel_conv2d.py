@@ -457,7 +457,7 @@ def run_combiner(mod, combiner: ParallelOpCombiner):
 
 
 @module_pass(opt_level=4)
-def CombineParallelConv2D(mod, ctx, *, min_num_branches: int = 3):
+def CombineParallelConv2D(mod, ctx, min_num_branches: int = 3):
     """Combine at least ``min_num_branches`` convolutions of one input into one wider convolution.
 
     The convolutions must agree on kernel size, strides, padding, dilation, layouts and output

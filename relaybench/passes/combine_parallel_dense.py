@@ -147,7 +147,7 @@ class ParallelDenseToDenseCombiner(_DenseMixin, ChannelConcatCombiner):
 
 
 @module_pass(opt_level=4)
-def CombineParallelDense(mod, ctx, *, min_num_branches: int = 3, to_batch_matmul: bool = True):
+def CombineParallelDense(mod, ctx, min_num_branches: int = 3, to_batch_matmul: bool = True):
     """Combine at least ``min_num_branches`` dense layers of one input.
 
     With ``to_batch_matmul`` (the default) same-shaped denses become one ``nn.batch_matmul`` over

@@ -12,7 +12,9 @@ another (NHWC).
 kernel layout may be ``"default"``. It is a string option, read by :func:`parse_desired_layouts`,
 which takes three forms:
 
-* a dict, from Python: ``ConvertLayout(desired_layouts={"nn.conv2d": ["NHWC", "default"]})``;
+* a dict, from Python, positionally as in Relay or by keyword:
+  ``ConvertLayout({"nn.conv2d": ["NHWC", "default"]})``,
+  ``ConvertLayout(desired_layouts={"nn.conv2d": ["NHWC", "default"]})``;
 * the compact string ``op:data_layout[:kernel_layout]``, with ``;`` between operators:
   ``"nn.conv2d:NHWC:HWIO;nn.conv2d_transpose:NHWC"``; in a pipeline string it is quoted (a bare
   value there cannot hold ``:``): ``convert-layout{desired_layouts="nn.conv2d:NHWC:HWIO"}``;
@@ -172,7 +174,7 @@ def _convert_conv(call, types, layouts, data_layout: str, kernel_layout: str) ->
 
 
 @module_pass(opt_level=3)
-def ConvertLayout(mod, ctx, *, desired_layouts: str = "nn.conv2d:NHWC:default"):
+def ConvertLayout(mod, ctx, desired_layouts: str = "nn.conv2d:NHWC:default"):
     """Convert the convolutions to the layouts asked for (by default ``nn.conv2d`` to NHWC/HWIO).
 
     ``desired_layouts`` maps an operator to ``[data_layout, kernel_layout]`` (a dict, or the

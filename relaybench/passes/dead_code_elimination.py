@@ -190,7 +190,7 @@ def eliminate_dead_code(func: Function, inline_once: bool = False, ignore_impuri
 
 
 @module_pass(opt_level=1)
-def DeadCodeElimination(mod: IRModule, ctx, *, inline_once: bool = False, ignore_impurity: bool = False):
+def DeadCodeElimination(mod: IRModule, ctx, inline_once: bool = False, ignore_impurity: bool = False):
     """Remove let bindings whose variable is unused and whose value is pure.
 
     ``inline_once``: also move a pure value used exactly once to its use. ``ignore_impurity``:

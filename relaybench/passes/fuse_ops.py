@@ -631,7 +631,7 @@ def _option(value, default, ctx: PassContext, key: str):
 
 
 @module_pass(opt_level=0)
-def FuseOps(mod: IRModule, ctx: PassContext, *, fuse_opt_level: int = -1, max_depth: int = MAX_FUSED_OPS,
+def FuseOps(mod: IRModule, ctx: PassContext, fuse_opt_level: int = -1, *, max_depth: int = MAX_FUSED_OPS,
             link_params: bool = False) -> IRModule:
     """Group operators into primitive functions, one kernel each (Relay's operator fusion).
 

@@ -472,6 +472,35 @@ def _options_of(fn: Callable, skip: int) -> dict:
     return out
 
 
+def _positional_options_of(fn: Callable, skip: int) -> tuple:
+    """The options a factory also takes by position, in order: those the pass function declares
+    before its ``*`` (Relay's passes take their first options positionally, as
+    ``ConvertLayout({"nn.conv2d": ["NHWC", "default"]})`` or ``FuseOps(2)``)."""
+    params = list(inspect.signature(fn).parameters.values())[skip:]
+    return tuple(p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD)
+
+
+def _bind_options(pname: str, options: dict, positional: tuple, args: tuple, kwargs: dict) -> dict:
+    """The options given to the factory of pass ``pname``: ``args`` bound to the positional
+    options in order, then ``kwargs``; an unknown, extra or twice-given option is a TypeError
+    naming the pass."""
+    if len(args) > len(positional):
+        takes = (f"{len(positional)} positional option(s) ({', '.join(positional)})"
+                 if positional else "its options by keyword only")
+        raise TypeError(f"{pname} takes {takes}, got {len(args)} positional argument(s); "
+                        f"options: {', '.join(options) or 'none'}")
+    given = dict(zip(positional, args))
+    for k in kwargs:
+        if k in given:
+            raise TypeError(f"{pname}: option {k!r} given both by position and by keyword")
+    unknown = [k for k in kwargs if k not in options]
+    if unknown:
+        raise TypeError(f"{pname} has no option {unknown[0]!r} "
+                        f"(options: {', '.join(options) or 'none'})")
+    given.update(kwargs)
+    return given
+
+
 def _first_doc_line(fn) -> str:
     doc = inspect.getdoc(fn) or ""
     return doc.strip().split("\n\n")[0].replace("\n", " ")
@@ -483,13 +512,11 @@ def _decorator(kind: type, skip: int, opt_level: int, name: Optional[str], requi
     def wrap(fn: Callable) -> Callable:
         pname = name or fn.__name__
         options = _options_of(fn, skip)
+        positional = _positional_options_of(fn, skip)
         doc = _first_doc_line(fn)
 
-        def factory(**kwargs) -> Pass:
-            unknown = [k for k in kwargs if k not in options]
-            if unknown:
-                raise TypeError(f"{pname} has no option {unknown[0]!r} "
-                                f"(options: {', '.join(options) or 'none'})")
+        def factory(*args, **kwargs) -> Pass:
+            kwargs = _bind_options(pname, options, positional, args, kwargs)
             values = {k: kwargs.get(k, default) for k, (default, _ann) in options.items()}
             shown = tuple((k, v) for k, v in kwargs.items())
             info = PassInfo(pname, opt_level, tuple(required), doc, options=shown, kind=kind_name)
@@ -507,12 +534,16 @@ def _decorator(kind: type, skip: int, opt_level: int, name: Optional[str], requi
 
 
 def module_pass(opt_level: int = 0, name: Optional[str] = None, required: tuple = ()):
-    """Make ``fn(mod, ctx, *, option=default...) -> IRModule`` a registered pass factory."""
+    """Make ``fn(mod, ctx, *, option=default...) -> IRModule`` a registered pass factory.
+
+    The factory takes the options by keyword; options declared before the ``*``
+    (``fn(mod, ctx, option=default, *, other=default)``) are also taken by position, in order."""
     return _decorator(ModulePass, 2, opt_level, name, required)
 
 
 def function_pass(opt_level: int = 0, name: Optional[str] = None, required: tuple = ()):
-    """Make ``fn(func, mod, ctx, *, option=default...) -> Function`` a registered pass factory."""
+    """Make ``fn(func, mod, ctx, *, option=default...) -> Function`` a registered pass factory
+    (options before the ``*`` are also taken by position, as for :func:`module_pass`)."""
     return _decorator(FunctionPass, 3, opt_level, name, required)
 
 

@@ -24,9 +24,10 @@ def relu(X: Buffer((2, 3), "float32"), relu: Buffer((2, 3), "float32")):
 """
 
 from relaybench.te import loop_ir
-from relaybench.te.compute import (abs, cast, ceil, compute, erf, exp, floor, if_then_else, log,
-                                   max, max_value, maximum, min, min_value, minimum, placeholder,
-                                   power, prod, reduce_axis, round, rsqrt, sigmoid, sqrt, sum, tanh)
+from relaybench.te.compute import (abs, cast, ceil, compute, erf, exp, floor, fmod, if_then_else,
+                                   log, max, max_value, maximum, min, min_value, minimum,
+                                   placeholder, power, prod, reduce_axis, round, rsqrt, sigmoid,
+                                   sqrt, sum, tanh)
 from relaybench.te.loop_ir import PrimFunc, evaluate, logical_and, logical_not, logical_or
 from relaybench.te.lower import ComputeAtError, lower
 from relaybench.te.schedule import Schedule, Stage, create_schedule
@@ -35,7 +36,7 @@ from relaybench.te.tensor import IterVar, Tensor
 __all__ = [
     "loop_ir", "placeholder", "compute", "reduce_axis", "sum", "prod", "max", "min", "if_then_else",
     "cast", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "abs", "floor", "ceil",
-    "round", "power", "maximum", "minimum", "max_value", "min_value", "lower", "evaluate",
+    "round", "power", "fmod", "maximum", "minimum", "max_value", "min_value", "lower", "evaluate",
     "create_schedule", "Schedule", "Stage", "PrimFunc", "Tensor", "IterVar", "logical_and",
     "logical_or", "logical_not", "ComputeAtError",
 ]

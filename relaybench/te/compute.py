@@ -193,6 +193,9 @@ floor = _intrinsic("floor")
 ceil = _intrinsic("ceil")
 round = _intrinsic("round")
 power = _intrinsic("pow")
+fmod = _intrinsic("fmod")
+fmod.__doc__ = """C's ``fmod(a, b)`` of floats: the exact remainder of the truncated quotient,
+with the sign of ``a`` (numpy's ``fmod``)."""
 
 
 def maximum(a, b) -> Expr:

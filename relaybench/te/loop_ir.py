@@ -8,7 +8,8 @@ A kernel is a :class:`PrimFunc`: a name, its parameter buffers and a statement b
 code generator is checked against.
 
 Index arithmetic is int64; ``/`` is true division (floating point only), ``//`` and ``%`` are floor
-division and floor modulo, as in Python. The nodes are small and the loop nests shallow, so the
+division and floor modulo, as in Python. ``min`` and ``max`` are numpy's ``minimum`` and
+``maximum``: a NaN operand is the result (so a ``max`` reduction over a NaN is NaN). The nodes are small and the loop nests shallow, so the
 printer and the evaluator recurse on the nesting depth of one kernel (never on program size).
 
 >>> A = Buffer("A", (2, 3), "float32")
@@ -453,11 +454,11 @@ INTRINSICS = {
     "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "rsqrt": lambda x: type(x)(1.0) / np.sqrt(x),
     "tanh": np.tanh, "sigmoid": _sigmoid, "erf": _erf, "abs": np.abs, "floor": np.floor,
     "ceil": np.ceil, "round": np.round, "sin": np.sin, "cos": np.cos, "pow": np.power,
-    "log2": np.log2, "exp2": np.exp2,
+    "log2": np.log2, "exp2": np.exp2, "fmod": np.fmod,
 }
 """Math intrinsics by name, with their scalar numpy meaning (the evaluator's table)."""
 
-_ARITY = {"pow": 2}
+_ARITY = {"pow": 2, "fmod": 2}
 
 
 def call(name: str, *args) -> Expr:
@@ -759,9 +760,20 @@ def to_text(node) -> str:
 # --------------------------------------------------------------------------------------------
 # Reference evaluator
 
+def _maximum(a, b):
+    """numpy's ``maximum``: ``a`` when ``a > b`` or ``a`` is NaN, else ``b`` (so a NaN on
+    either side is the result, and of two equal values, ``-0.0`` and ``0.0``, the second)."""
+    return a if a > b or a != a else b
+
+
+def _minimum(a, b):
+    """numpy's ``minimum``: ``a`` when ``a < b`` or ``a`` is NaN, else ``b``."""
+    return a if a < b or a != a else b
+
+
 _ARITH = {
     "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
-    "//": operator.floordiv, "%": operator.mod, "min": min, "max": max,
+    "//": operator.floordiv, "%": operator.mod, "min": _minimum, "max": _maximum,
     "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
     "==": operator.eq, "!=": operator.ne,
 }

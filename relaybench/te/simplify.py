@@ -35,6 +35,34 @@ from relaybench.te.loop_ir import (Allocate, Binary, Cast, Expr, For, IfThenElse
 __all__ = ["simplify", "simplify_stmt", "simplify_func", "bounds"]
 
 
+def _wrap(value: int, dtype: str) -> int:
+    """``value`` converted to the integer ``dtype`` as a cast does: modulo 2**bits, into the
+    dtype's range (a bool is 1 for any non-zero value).
+
+    >>> _wrap(-3, "uint8"), _wrap(200, "int8"), _wrap(7, "bool")
+    (253, -56, 1)
+    """
+    if dtype == "bool":
+        return int(value != 0)
+    bits = int(dtype.lstrip("uint"))
+    value %= 1 << bits
+    if dtype.startswith("int") and value >= 1 << (bits - 1):
+        value -= 1 << bits
+    return value
+
+
+def _exact(bounds, dtype: str) -> bool:
+    """Whether values within ``bounds`` (None: unknown) are all representable in ``dtype``."""
+    if bounds is None:
+        return False
+    if dtype == "bool":
+        return 0 <= bounds[0] <= bounds[1] <= 1
+    bits = int(dtype.lstrip("uint"))
+    lo, hi = (0, (1 << bits) - 1) if dtype.startswith("uint") else (-(1 << (bits - 1)),
+                                                                   (1 << (bits - 1)) - 1)
+    return lo <= bounds[0] and bounds[1] <= hi
+
+
 def _is_int(dtype: str) -> bool:
     return dtype.startswith(("int", "uint"))
 
@@ -85,8 +113,9 @@ class _Simplifier:
                 out = out - node
                 continue
             else:
-                term = node * IntImm(coef, dtype)
+                term = node * IntImm(_wrap(coef, dtype), dtype)
             out = term if out is None else out + term
+        const = _wrap(const, dtype)
         if out is None:
             return IntImm(const, dtype)
         if const > 0:
@@ -108,9 +137,14 @@ class _Simplifier:
         return lo, hi
 
     def bounds(self, e):
-        """``(low, high)`` of an integer expression over the known ranges, or None."""
+        """``(low, high)`` of an integer expression over the known ranges, or None (also when
+        the expression could wrap around its dtype, where its exact value is not its value)."""
         if not _is_int(e.dtype) and e.dtype != "bool":
             return None
+        found = self._bounds(e)
+        return found if _exact(found, e.dtype) else None
+
+    def _bounds(self, e):
         if isinstance(e, IntImm):
             return e.value, e.value
         if isinstance(e, Var):
@@ -169,7 +203,7 @@ class _Simplifier:
         if isinstance(e, Select) and isinstance(e.cond, IntImm):
             return e.true_value if e.cond.value else e.false_value
         if isinstance(e, Cast) and isinstance(e.value, IntImm) and _is_int(e.dtype):
-            return IntImm(e.value.value, e.dtype)
+            return IntImm(_wrap(e.value.value, e.dtype), e.dtype)
         return e
 
     def _binary(self, e):
@@ -182,9 +216,11 @@ class _Simplifier:
                     return IntImm(1, "bool") if side.value else other
             return e
         if op in L.COMPARE_OPS and _is_int(e.a.dtype):
-            diff = self.linear(e.a - e.b) if True else None
+            diff = self.linear(e.a - e.b)
             b = self.form_bounds(diff) if diff is not None else None
-            if b is not None:
+            # decided only where no operand can wrap (the difference is taken exactly)
+            if (b is not None and _exact(self.bounds(e.a), e.a.dtype)
+                    and _exact(self.bounds(e.b), e.b.dtype)):
                 lo, hi = b
                 decided = {"<": (hi < 0, lo >= 0), "<=": (hi <= 0, lo > 0),
                            ">": (lo > 0, hi <= 0), ">=": (lo >= 0, hi < 0),
@@ -212,6 +248,8 @@ class _Simplifier:
             quotient = {k: [n, co // c] for k, (n, co) in terms.items() if co % c == 0}
             rest = ({k: [n, co] for k, (n, co) in terms.items() if co % c}, const)
             rb = self.form_bounds(rest)
+            if not _exact(self.form_bounds(form), e.dtype):
+                rb = None  # the dividend may wrap: the terms cannot be split off
             if rb is not None and rb[0] // c == rb[1] // c:
                 k = rb[0] // c
                 if op == "//":

@@ -495,10 +495,15 @@ def _gen_division(name):
     for floats, so that quotients stay exact); a float numerator of the floor/mod kinds is exact."""
     def gen(g: _Grower):
         needs_exact = name != "divide"
-        lhs = g.tensor(lambda v: _num(v) and (v.exact or not needs_exact) and v.bound < 2 ** 20,
-                       fresh=0.1)
-        if lhs.dtype == "uint8" and name in ("mod", "divide"):
-            lhs = g.leaf(lhs.shape, "int32")
+
+        def ok(v: Value) -> bool:
+            # no integer numerator that may have wrapped to the dtype's minimum (whose
+            # quotient by -1 overflows)
+            limit = np.iinfo(v.dtype).max if _is_int(v.dtype) else 2 ** 20
+            return _num(v) and (v.exact or not needs_exact) and v.bound < limit
+        lhs = g.tensor(ok, fresh=0.1)
+        if not ok(lhs):
+            lhs = g.leaf(lhs.shape, lhs.dtype)
         rhs = g.leaf(_broadcast_partner(g, lhs), lhs.dtype, "nz")
         frac = lhs.frac + 1 if name == "divide" else lhs.frac
         return g.call(name, [lhs, rhs], bound=lhs.bound * 2, frac=frac)

@@ -83,3 +83,34 @@ def test_idle_workers_nap():
     used = time.process_time() - cpu
     # a spinning worker would burn the whole 0.3 s; napping costs a few percent at most
     assert used < 0.5 * (time.perf_counter() - wall)
+
+
+def test_pool_keeps_no_wrapper_of_a_kernel(tmp_path):
+    """The pool held one ctypes wrapper per kernel address it ever ran, forever; the wrapper
+    now lives with the launcher that made it, so a kernel that is gone leaves nothing in the
+    pool, and runs through the pool still give numpy's answer."""
+    import gc
+    import weakref
+
+    from relaybench import config
+    from relaybench.backends.llvm.spinpool import ENTRY_TYPE, spin_pool
+
+    pool = spin_pool(2)
+    assert not hasattr(pool, "_entries")
+    with config.Context(RB_CACHE_DIR=str(tmp_path)):
+        kernel = _increment_kernel(9)
+    x = np.arange(9 * 16, dtype="int64").reshape(9, 16)
+    out = np.zeros_like(x)
+    run = kernel.bind(x, out, num_threads=2)
+    for _ in range(3):
+        run()
+    np.testing.assert_array_equal(out, 3 * x)
+    call = ENTRY_TYPE(kernel.kernel.entry)
+    pointers = np.array([x.ctypes.data, out.ctypes.data], dtype=np.int64)
+    pool.run(kernel.kernel.entry, pointers.ctypes.data, [(0, 4), (4, 9)], call)
+    np.testing.assert_array_equal(out, 4 * x)
+    referrers = weakref.ref(kernel)
+    del run, kernel, call
+    gc.collect()
+    assert referrers() is None
+    assert not [v for v in vars(pool).values() if isinstance(v, dict) and v]

@@ -75,6 +75,42 @@ def test_desired_layouts_forms():
         {"nn.conv2d": ("NHWC", "HWIO"), "nn.conv2d_transpose": ("NCHW", "IOHW")}
 
 
+def test_desired_layouts_given_positionally_as_in_relay():
+    """Relay's ``ConvertLayout(desired_layouts)`` takes the dict positionally; the keyword form
+    stays. Both convert the convolution, and the interpreter agrees with the program before."""
+    before = rb.parse(H + """
+def @main(%x: Tensor[(1, 3, 6, 6), float32], %w: Tensor[(4, 3, 3, 3), float32]) {
+  nn.relu(nn.conv2d(%x, %w, padding=[1, 1, 1, 1]))
+}""")
+    layouts = {"nn.conv2d": ["NHWC", "default"]}
+    positional = convert_positionally(before, layouts)
+    keyword = convert(before, layouts)
+    assert_structural_equal(positional, keyword)
+    conv = [n for n in post_order(positional["main"].body)
+            if isinstance(n, rb.Call) and getattr(n.op, "name", "") == "nn.conv2d"]
+    assert [(c.attrs["data_layout"], c.attrs["kernel_layout"]) for c in conv] == [("NHWC", "HWIO")]
+    assert rb.passes.ConvertLayout(layouts).info.options == (("desired_layouts", layouts),)
+    args = random_args(before)
+    np.testing.assert_allclose(np.asarray(run(positional, *args)), np.asarray(run(before, *args)),
+                               rtol=1e-5, atol=1e-5)
+
+
+def convert_positionally(mod, desired_layouts):
+    with rb.PassContext(opt_level=3):
+        return rb.passes.ConvertLayout(desired_layouts)(mod)
+
+
+def test_positional_options_are_checked():
+    with pytest.raises(TypeError, match="ConvertLayout takes 1 positional option"):
+        rb.passes.ConvertLayout({"nn.conv2d": ["NHWC"]}, "extra")
+    with pytest.raises(TypeError, match="given both by position and by keyword"):
+        rb.passes.ConvertLayout("nn.conv2d:NHWC", desired_layouts="nn.conv2d:NCHW")
+    with pytest.raises(TypeError, match="InferType takes its options by keyword only"):
+        rb.passes.InferType(1)
+    assert rb.passes.FuseOps(0).options["fuse_opt_level"] == 0
+    assert rb.passes.DeadCodeElimination(True).options["inline_once"] is True
+
+
 @pytest.mark.parametrize("value, message", [
     ("nn.dense:NC", "cannot convert the layout of 'nn.dense'"),
     ("nn.conv2d", "op:data_layout"),

@@ -123,3 +123,21 @@ def test_unit_loops_are_removed():
     b = np.empty_like(a)
     te.evaluate(simple, a, b)
     np.testing.assert_array_equal(b, a + 1)
+
+
+@pytest.mark.parametrize("value, dtype, wrapped", [(-3, "uint8", 253), (200, "int8", -56),
+                                                   (70000, "int16", 4464)])
+def test_constant_cast_to_a_narrow_integer_wraps(value, dtype, wrapped):
+    out = simplify(L.Cast(dtype, L.IntImm(value, "int32")), {})
+    assert isinstance(out, L.IntImm) and out.value == wrapped == np.array(value).astype(dtype)
+
+
+def test_comparisons_that_could_wrap_are_not_decided():
+    # i + 100 in int8 wraps past 127 for i >= 28: "i + 100 > 0" is not always true there
+    i = L.Var("i", "int8")
+    cond = L.Binary(">", L.Binary("+", i, L.IntImm(100, "int8"), "int8"), L.IntImm(0, "int8"),
+                    "bool")
+    out = simplify(cond, {i: (0, 50)})
+    assert not isinstance(out, L.IntImm)
+    # without wrapping it is decided
+    assert simplify(cond, {i: (0, 20)}).value == 1

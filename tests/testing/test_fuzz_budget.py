@@ -7,8 +7,8 @@ import pytest
 from relaybench.testing.fuzz import check_seed
 
 FIRST_SEED = 50_000
-CHUNKS = 12
-PER_CHUNK = 30       # 360 programs: about 2.5 minutes under pytest -n 2 (cold kernel cache)
+CHUNKS = 20
+PER_CHUNK = 30       # 600 programs: about two minutes under pytest -n 2 (cold kernel cache)
 
 
 @pytest.mark.parametrize("chunk", range(CHUNKS))

@@ -39,7 +39,10 @@ How each construct is lowered:
   contiguous vector access, ``base`` alone a scalar load (broadcast), anything else one element
   per lane (gather, scatter in lane order). Math intrinsics use their vector forms, the C
   library's ``tanhf``/``erff`` are called per lane, and ``a * b + c`` (or ``- c``, ``c - a * b``)
-  becomes ``llvm.fmuladd``, a fused multiply-add on x86. The iterations are taken to be
+  becomes ``llvm.fmuladd``, a fused multiply-add on x86, except where the value feeds a step
+  (``floor``, ``ceil``, ``round``, ``fmod``, a float comparison or a cast to an integer), whose
+  result one skipped rounding could move by a whole step: there both roundings are kept, as the
+  evaluator and the references do (resize coordinates). The iterations are taken to be
   independent, which the loop must stay true to; the loop stays a scalar loop marked with
   ``llvm.loop.vectorize.enable`` (512-bit vectors preferred on AVX-512 hosts) when its body has
   anything but stores, lets, sequences and ``if`` statements whose condition is the same in
@@ -47,6 +50,8 @@ How each construct is lowered:
   two places, read at another than stored, or stored at an offset that does not move with the
   loop variable). A load under a lane-dependent ``select`` that is not proven in bounds is a
   gather with each lane's offset clamped (see ``select`` above).
+* Float ``min``/``max`` are numpy's ``minimum``/``maximum``: a NaN operand is the result, so
+  reductions and max pooling propagate NaN (a compare and a blend more than ``maxps``).
 * Shifts follow numpy: ``>>`` is arithmetic on signed and logical on unsigned integers, and an
   amount outside ``[0, bits)`` gives 0 (or -1 for a negative value shifted right).
 * ``allocate``: temporaries of at most 64 KiB live on the stack (one ``alloca`` in the entry
@@ -55,7 +60,8 @@ How each construct is lowered:
 * Math intrinsics: LLVM's (``llvm.exp``, ``llvm.log``, ``llvm.sqrt``, ``llvm.fabs``,
   ``llvm.floor``, ``llvm.ceil``, ``llvm.roundeven`` for numpy's half-to-even ``round``,
   ``llvm.pow``, ...); ``tanh`` and ``erf`` call the C library (``tanhf``/``tanh``, ``erff``/``erf``)
-  for full accuracy; ``sigmoid`` is ``1 / (1 + exp(-x))`` and ``rsqrt`` is ``1 / sqrt(x)``.
+  for full accuracy; ``fmod`` is LLVM's ``frem`` (C's ``fmod``, exact); ``sigmoid`` is
+  ``1 / (1 + exp(-x))`` and ``rsqrt`` is ``1 / sqrt(x)``.
 * ``bool`` values are ``i1`` in registers and one byte in memory, as in numpy.
 
 Buffers are assumed not to overlap (``noalias``): passing one array as two arguments is not
@@ -297,6 +303,54 @@ def _is_mul(e) -> bool:
     return isinstance(e, L.Binary) and e.op == "*" and _is_float(e.dtype)
 
 
+_STEP_FUNCTIONS = frozenset({"floor", "ceil", "round", "fmod"})
+"""Intrinsics whose result jumps where the argument crosses a point: one ulp more or less in the
+argument can change the result by a whole step."""
+
+
+def _exact_values(body) -> set:
+    """The float expressions of ``body`` that are rounded as the loop IR writes them, never
+    contracted into a fused multiply-add: everything a step takes as input (``floor``, ``ceil``,
+    ``round``, ``fmod``, a float comparison, a cast of a float to an integer or bool), through
+    the arithmetic and let variables it is computed from.
+
+    A fused ``a * b - c`` skips one rounding, and where the value then picks an integer that ulp
+    decides which: ``image.resize2d`` with ``round_prefer_floor`` maps output column 3 of 2 -> 7
+    to ``ceil((3.5 * 0.2857143f) - 0.5 - 0.5)``, 0 when the product is rounded (the reference,
+    the evaluator) and 1 when fused. A product in this set is not fused into the sum that reads
+    it either (:meth:`_FunctionBuilder.fusible`). Values that only flow on continuously (a sum of
+    products) are still contracted."""
+    lets, roots, seen, stack = {}, [], set(), [body]
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if isinstance(node, L.LetStmt):
+            lets[node.var] = node.value
+        elif isinstance(node, L.Call) and node.name in _STEP_FUNCTIONS:
+            roots.extend(node.args)
+        elif (isinstance(node, L.Cast) and _is_float(node.value.dtype)
+                and not _is_float(node.dtype)):
+            roots.append(node.value)
+        elif (isinstance(node, L.Binary) and node.op in L.COMPARE_OPS
+                and _is_float(node.a.dtype)):
+            roots.extend((node.a, node.b))
+        L.map_children(node, lambda child: stack.append(child) or child)
+    exact, stack = set(), roots
+    while stack:
+        node = stack.pop()
+        if node in exact or not _is_float(node.dtype):
+            continue
+        exact.add(node)
+        if isinstance(node, L.Var):
+            if node in lets:
+                stack.append(lets[node])
+        elif not isinstance(node, L.Load):
+            L.map_children(node, lambda child: stack.append(child) or child)
+    return exact
+
+
 class _VectorLoop:
     """What the code generator knows about one ``vectorized`` loop emitted as vector code.
 
@@ -480,6 +534,7 @@ class _FunctionBuilder:
         self.env: dict = {}
         self.ranges: dict = {}  # variable -> (lo, hi), for proving loads in bounds
         self.speculative = 0  # > 0 while computing a side of a select that may not be chosen
+        self.exact = _exact_values(self.body)  # float values never contracted into an FMA
         self.loop_count = 0
         self.expr_table = {
             L.IntImm: self._int, L.FloatImm: self._float, L.Var: self._var,
@@ -542,8 +597,9 @@ class _FunctionBuilder:
         b = self.b
         op = e.op
         dtype = e.a.dtype
-        if (op in ("+", "-") and _is_float(dtype) and (_is_mul(e.a) or _is_mul(e.b))
-                and self.vector is not None and self.vector.depends(e)):
+        if (op in ("+", "-") and _is_float(dtype) and (self.fusible(e.a) or self.fusible(e.b))
+                and self.vector is not None and self.vector.depends(e)
+                and e not in self.exact):
             return self._multiply_add(e)
         if op in ("and", "or"):  # the right side is computed even where the left decides
             x = self.expr(e.a)
@@ -561,10 +617,8 @@ class _FunctionBuilder:
                 return simple[op](x, y)
             if op in L.COMPARE_OPS:
                 return b.fcmp_unordered("!=", x, y) if op == "!=" else b.fcmp_ordered(op, x, y)
-            if op == "min":
-                return b.select(b.fcmp_ordered("<", y, x), y, x)
-            if op == "max":
-                return b.select(b.fcmp_ordered(">", y, x), y, x)
+            if op in ("min", "max"):
+                return self._float_min_max(op, x, y)
         else:
             unsigned = _is_unsigned(dtype)
             cmp = b.icmp_unsigned if unsigned else b.icmp_signed
@@ -581,14 +635,37 @@ class _FunctionBuilder:
                 return self._floor_div_mod(op, x, y, unsigned)
         raise CompileError(f"{self.where()}: operator {op!r} on {dtype} in {L.to_text(e)}")
 
+    def _float_min_max(self, op, x, y):
+        """numpy's ``minimum``/``maximum``: ``x`` when it is NaN or strictly beyond ``y``, else
+        ``y`` (a NaN ``y`` is then the result; of ``-0.0`` and ``0.0``, ``y``), so that a ``max``
+        reduction (``acc = max(acc, v)``, max pooling) propagates NaN as numpy does instead of
+        skipping it.
+
+        The inner select is what x86's ``minps``/``maxps`` compute in one instruction; it is
+        frozen so that LLVM keeps it whole instead of merging the two selects into one blend
+        under two compares and a mask ``or``, all on an accumulator's dependency chain (a 3x3
+        max pool ran 1.35x slower). The NaN check runs beside ``maxps``: one compare and one
+        blend more (about 1.05x)."""
+        b = self.b
+        beyond = b.fcmp_ordered("<" if op == "min" else ">", x, y)
+        picked = self.freeze(b.select(beyond, x, y))
+        return b.select(b.fcmp_unordered("uno", x, x), x, picked)
+
+    def fusible(self, e) -> bool:
+        """Whether ``e`` is a float product that may be fused into the addition reading it: not
+        when its rounded value also feeds a step (see :func:`_exact_values`), since the fused
+        sum would then differ from what the step saw (``c - floor(c)`` is not 0 at ``c == 8``
+        when ``c`` is a product fused into the subtraction)."""
+        return _is_mul(e) and e not in self.exact
+
     def _multiply_add(self, e):
         """``a * b + c`` (and the ``-`` forms) as one ``llvm.fmuladd``, which x86 with FMA
         emits as a fused multiply-add."""
         if e.op == "+":
-            product, addend = (e.a, e.b) if _is_mul(e.a) else (e.b, e.a)
+            product, addend = (e.a, e.b) if self.fusible(e.a) else (e.b, e.a)
             a, b = self.expr(product.a), self.expr(product.b)
             c = self.expr(addend)
-        elif _is_mul(e.a):  # a * b - c
+        elif self.fusible(e.a):  # a * b - c
             a, b = self.expr(e.a.a), self.expr(e.a.b)
             c = self.b.fneg(self.expr(e.b))
         else:  # c - a * b
@@ -896,6 +973,8 @@ class _FunctionBuilder:
                 fn = ir.Function(self.module, ir.FunctionType(xt, [xt]), name)
             result = b.call(fn, [x])
             return self.convert(result, "float32", e.dtype) if e.dtype == "float16" else result
+        if e.name == "fmod":  # LLVM's frem is C's fmod: exact, with the dividend's sign
+            return b.frem(args[0], args[1])
         one = ir.Constant(ty, 1.0)
         if e.name == "rsqrt":
             root = b.call(self.intrinsic("llvm.sqrt", ty, 1), args)

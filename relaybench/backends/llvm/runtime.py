@@ -281,13 +281,14 @@ def _launcher(function, values: tuple, parallel_extent: int | None, threads: int
     if len(ranges) == 1:
         return lambda keep=keep: function(*values, 0, parallel_extent)
     if entry is not None and all(isinstance(v, int) for v in values):
-        from .spinpool import spin_pool
+        from .spinpool import ENTRY_TYPE, spin_pool
         spinning = spin_pool(threads)
         pointers = np.array(values, dtype=np.int64)
         address = pointers.ctypes.data
+        call = ENTRY_TYPE(entry)  # lives with this launcher, as the code it calls
 
         def launch_spinning(keep=(keep, pointers, function)):  # function: keeps the code
-            spinning.run(entry, address, ranges)
+            spinning.run(entry, address, ranges, call)
         return launch_spinning
 
     pool = thread_pool(threads)

@@ -176,7 +176,6 @@ class SpinPool:
         self._slots = raw[skip:skip + (size - 1) * _SLOT_WORDS].reshape(size - 1, _SLOT_WORDS)
         self._slots_pointer = self._slots.ctypes.data
         self._generation = 0
-        self._entries: dict = {}
         self._lock = threading.Lock()
         self._threads = []
         for k in range(size - 1):
@@ -186,9 +185,15 @@ class SpinPool:
             thread.start()
             self._threads.append(thread)
 
-    def run(self, entry: int, args: int, ranges) -> None:
+    def run(self, entry: int, args: int, ranges, call=None) -> None:
         """``entry(args, *ranges[0])`` here and ``entry(args, *ranges[k])`` on worker ``k-1``;
-        returns when every range is done. ``entry`` and ``args`` are addresses."""
+        returns when every range is done. ``entry`` and ``args`` are addresses.
+
+        ``call`` is ``entry`` as a ctypes function (``ENTRY_TYPE(entry)``), through which this
+        thread runs its range: a caller that launches one entry many times makes it once and
+        keeps it as long as the entry's code (the runtime's launchers do); without it one is
+        made for this call. The pool keeps none, so that it holds nothing of a kernel whose
+        module is gone."""
         if len(ranges) > self.size:
             raise ValueError(f"SpinPool.run: {len(ranges)} ranges for {self.size} threads")
         if self._threads is None:
@@ -205,10 +210,7 @@ class SpinPool:
                 slot[_END] = end
                 slot[_GEN] = gen  # last: the worker reads it first
             if ranges:
-                call = self._entries.get(entry)
-                if call is None:
-                    call = self._entries[entry] = ENTRY_TYPE(entry)
-                call(args, *ranges[0])
+                (call or ENTRY_TYPE(entry))(args, *ranges[0])
             self._wait(self._slots_pointer, len(ranges) - 1, gen)
 
     def shutdown(self) -> None:
