@@ -108,8 +108,15 @@ def _minimize_job(seed: int, config, failure: str, max_seconds: float):
     return small.astext(), key
 
 
+#: Jobs a worker process runs before a fresh one replaces it. LLVM's optimization pipeline, as
+#: llvmlite drives it, keeps about 0.1 MB of native memory per kernel compiled (freed only at
+#: process exit), and a random program compiles a dozen kernels over the configurations, so a
+#: long-lived worker would grow by gigabytes over a long run.
+WORKER_JOBS = 150
+
+
 class _Slot:
-    """One worker process, its pipe, and the job it runs."""
+    """One worker process, its pipe, the job it runs and how many it has run."""
 
     def __init__(self, ctx, configs):
         self.parent, child = ctx.Pipe()
@@ -119,6 +126,7 @@ class _Slot:
         self.job = None
         self.running = ""
         self.started = 0.0
+        self.done = 0
 
     def give(self, job) -> None:
         self.job = job
@@ -167,6 +175,7 @@ def _run_jobs(jobs_list: list, n_workers: int, configs, timeout: float,
                             else:
                                 on_result(s.job, payload)
                                 s.job = None
+                                s.done += 1
                                 break
                     except (EOFError, OSError):
                         lost = "died"
@@ -188,6 +197,10 @@ def _run_jobs(jobs_list: list, n_workers: int, configs, timeout: float,
                     index = slots.index(s)
                     slots[index] = s = _Slot(ctx, configs)
                 if s.job is None and pending:
+                    if s.done >= WORKER_JOBS:  # a fresh process: see WORKER_JOBS
+                        s.stop()
+                        index = slots.index(s)
+                        slots[index] = s = _Slot(ctx, configs)
                     s.give(pending.pop())
     finally:
         for s in slots:

@@ -85,3 +85,21 @@ def test_cli_replay(tmp_path, capsys):
     assert main(["fuzz", "--replay", str(good), "--configs", "graph-O0,text"]) == 0
     out = capsys.readouterr().out
     assert "graph-O0: ok" in out and "text: ok" in out
+
+
+def record_pid(case):
+    """Notes which process ran it (in the folder RB_TEST_PIDS names)."""
+    from pathlib import Path
+    Path(os.environ["RB_TEST_PIDS"], str(os.getpid())).touch()
+    return reference_result(case)
+
+
+def test_workers_are_replaced_after_their_share_of_jobs(tmp_path, monkeypatch):
+    import sys
+    fuzz_module = sys.modules["relaybench.testing.fuzz"]   # the module, not the function
+    monkeypatch.setattr(fuzz_module, "WORKER_JOBS", 2)
+    monkeypatch.setenv("RB_TEST_PIDS", str(tmp_path))
+    summary = fuzz(range(7), jobs=1, configs=[Config("pid", "records its pid", record_pid)],
+                   timeout=60, progress=None)
+    assert summary.programs == 7 and summary.ok
+    assert len(list(tmp_path.iterdir())) == 4      # 2 + 2 + 2 + 1 programs
