@@ -30,6 +30,7 @@ _LAZY = {
     "experiments": ("relaybench.experiments", None),
     "testing": ("relaybench.testing", None),
     "parse": ("relaybench.ir.parser", "parse"),
+    "bind": ("relaybench.ir.builder", "bind"),
     "structural_equal": ("relaybench.ir.structural", "structural_equal"),
     "structural_hash": ("relaybench.ir.structural", "structural_hash"),
     "assert_structural_equal": ("relaybench.ir.structural", "assert_structural_equal"),

@@ -6,7 +6,7 @@ See the submodules' docstrings for examples; everything public is re-exported he
 from .adt import TypeData, define_adt
 from .analysis import all_vars, bound_vars, count_nodes, count_ops, free_vars, op_histogram
 from .attrs import Attrs
-from .builder import ScopeBuilder, as_expr, const, if_, let, tensor_type, tuple_, type_var, var
+from .builder import ScopeBuilder, as_expr, bind, const, if_, let, tensor_type, tuple_, type_var, var
 from .expr import (Call, Clause, Constant, Constructor, Expr, Function, GlobalVar, If, Let, Match, Op,
                    Pattern, PatternConstructor, PatternTuple, PatternVar, PatternWildcard, RefCreate,
                    RefRead, RefWrite, Span, Tuple, TupleGetItem, Var)

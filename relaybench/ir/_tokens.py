@@ -10,11 +10,20 @@ an error). Comments (``// ...`` and nested ``/* ... */``) and white space are dr
 [('graph', '%0'), ('punct', '='), ('ident', 'nn.relu'), ('punct', '('), ('local', '%x'), ('punct', ')'), ('punct', ';'), ('eof', '')]
 
 Inside ``Tensor[...]`` ``//`` is floor division (``Tensor[(n // 2), float32]``), not a comment.
+
+A variable or global whose name is not a plain identifier is written quoted, ``%"a b"`` or
+``@"my.f"`` (the name as a JSON string). Relay's own printer writes such names unquoted, which its
+parser cannot read back; the quoted form is this project's way to make every name round-trip. A
+quoted name that is a plain identifier reads as the unquoted one (``%"x"`` is ``%x``):
+
+>>> [text for _, text, _ in tokenize('%"a b" %"x" @"my f"')[0]]
+['%"a b"', '%x', '@"my f"', '']
 """
 
 from __future__ import annotations
 
 import bisect
+import json
 import re
 
 __all__ = ["tokenize", "LineIndex", "LOCAL", "GRAPH", "GLOBAL", "IDENT", "NUMBER", "STRING",
@@ -36,6 +45,7 @@ _PIECE = re.compile(rf"""
   | /\*
   | //[^\n]*
   | %[A-Za-z0-9_]+
+  | [%@]"(?:[^"\\\n]|\\.)*"
   | @{_DOTTED}
   | (?<=\.)[0-9]+
   | [0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?(?:[A-Za-z][A-Za-z0-9]*)?
@@ -105,6 +115,8 @@ def tokenize(text: str):
                 append((IDENT, piece, p))
             elif cat == _DIGIT:
                 append((NUMBER, piece, p))
+            elif (cat == _PERCENT or cat == _AT) and len(piece) > 1 and piece[1] == '"':
+                append((LOCAL if cat == _PERCENT else GLOBAL, quoted_name(piece, p), p))
             elif cat == _PERCENT:
                 if len(piece) == 1:
                     append((PUNCT, piece, p))
@@ -151,6 +163,26 @@ def tokenize(text: str):
         pos = p if restart < 0 else restart
     append((EOF, "", end_offset))
     return tokens, meta_text, meta_offset
+
+
+_PLAIN_LOCAL = re.compile(r"[A-Za-z0-9_]*[A-Za-z_][A-Za-z0-9_]*")
+
+
+def quoted_name(piece: str, offset: int) -> str:
+    """The token text of a quoted name ``%"..."`` / ``@"..."``: the plain form when the name is
+    a plain identifier (so that ``%"x"`` and ``%x`` are one variable), else the sigil followed by
+    the name in canonical JSON quoting."""
+    sigil = piece[0]
+    try:
+        name = json.loads(piece[1:])
+    except ValueError as err:
+        raise TokenizeError(f"bad quoted name {piece}: {err}", offset) from None
+    if not name:
+        raise TokenizeError(f"empty quoted name {piece}", offset)
+    plain = _PLAIN_LOCAL.fullmatch(name) if sigil == "%" else re.fullmatch(_DOTTED, name)
+    if plain:
+        return sigil + name
+    return sigil + json.dumps(name)
 
 
 def _skip_block_comment(text: str, pos: int) -> int:

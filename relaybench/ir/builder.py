@@ -35,7 +35,7 @@ from .expr import (Call, Clause, Constant, Constructor, Expr, Function, GlobalVa
 from .types import IncompleteType, TensorType, Type, TypeVar
 
 __all__ = ["var", "const", "as_expr", "tuple_", "let", "if_", "ScopeBuilder", "define_adt",
-           "type_var", "tensor_type"]
+           "type_var", "tensor_type", "bind"]
 
 
 def tensor_type(shape, dtype: str = "float32") -> TensorType:
@@ -90,6 +90,60 @@ def as_expr(value) -> Expr:
     if isinstance(value, (int, float, bool, list, tuple, np.ndarray, np.generic)):
         return const(value)
     raise TypeError(f"cannot make an expression from {type(value).__name__} {value!r:.60}")
+
+
+def bind(expr: Expr, binds: dict) -> Expr:
+    """Substitute free variables, as Relay's ``relay.bind``: ``binds`` maps a :class:`Var` to
+    an expression (or a number or array, made a constant).
+
+    On a :class:`Function`, binding a parameter substitutes it in the body and removes it from
+    the parameters; the free variables the substituted values bring in that the function did not
+    have become new parameters at the end (Relay does the same, so the result stays closed when
+    the function was). Binding a variable bound inside ``expr`` (a let variable, an inner
+    function's parameter, a pattern variable) is a ValueError naming it. The program is walked
+    without recursion.
+
+    >>> x, y = var("x", shape=(2,)), var("y", shape=(2,))
+    >>> f = Function([x, y], x + y)
+    >>> print(bind(f, {y: const(np.ones(2, "float32"))}).astext(show_types=False, show_meta_data=False))
+    fn (%x: Tensor[(2), float32]) {
+      add(%x, meta[relay.Constant][0])
+    }
+    >>> print(bind(x * y, {x: y}).astext(show_types=False))
+    free_var %y: Tensor[(2), float32];
+    multiply(%y, %y)
+    """
+    from .analysis import bound_vars, free_vars
+    from .functor import ExprMutator
+    if not isinstance(expr, Expr):
+        raise TypeError(f"bind substitutes in an expression, not {type(expr).__name__}")
+    values = {}
+    for v, value in binds.items():
+        if not isinstance(v, Var):
+            raise TypeError(f"bind: a key must be a Var, not {type(v).__name__} {v!r:.60}")
+        values[v] = as_expr(value)
+    is_fn = isinstance(expr, Function)
+    params = set(expr.params) if is_fn else set()
+    inner = [v for v in bound_vars(expr) if v in values and v not in params]
+    if inner:
+        raise ValueError(f"bind: %{inner[0].name_hint} is bound inside the expression (by a let, "
+                         "an inner function or a pattern); only free variables and the "
+                         "function's own parameters can be bound")
+    mutator = ExprMutator()
+    mutator.memo.update(values)
+    if not is_fn:
+        return mutator.visit(expr)
+    body = mutator.visit(expr.body)
+    kept = [p for p in expr.params if p not in values]
+    if body is expr.body and len(kept) == len(expr.params):
+        return expr
+    fn = Function(kept, body, expr.ret_type, expr.type_params, expr.attrs).with_span(expr.span)
+    before = set(free_vars(expr))
+    extra = [v for v in free_vars(fn) if v not in before]
+    if extra:
+        fn = Function(kept + extra, body, expr.ret_type, expr.type_params,
+                      expr.attrs).with_span(expr.span)
+    return fn
 
 
 def tuple_(*fields) -> Tuple:

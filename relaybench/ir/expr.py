@@ -76,9 +76,10 @@ class Expr:
         return self
 
     # -- printing --------------------------------------------------------------------------
-    def astext(self, show_types: bool = True, show_meta_data: bool = True) -> str:
+    def astext(self, show_types: bool = True, show_meta_data: bool = True, **options) -> str:
+        """The Relay text of this expression; ``options`` are :func:`~relaybench.ir.printer.astext`'s."""
         from .printer import astext
-        return astext(self, show_types=show_types, show_meta_data=show_meta_data)
+        return astext(self, show_types=show_types, show_meta_data=show_meta_data, **options)
 
     def __str__(self) -> str:
         return self.astext()

@@ -70,11 +70,15 @@ _SUFFIX = {
     "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
     "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64",
 }
-_KEYWORDS = frozenset({"def", "type", "fn", "let", "if", "else", "match", "ref", "ref_read",
+# Relay reads a dtype with TVM's String2DLDataType, where a missing width means 32 bits.
+_DTYPE_SHORTHANDS = {"int": "int32", "uint": "uint32", "float": "float32"}
+_VECTOR_DTYPE = re.compile(r"((?:bool|u?int|b?float)[0-9]*)x([0-9]+)$")
+_KEYWORDS = frozenset({"def", "type", "extern", "fn", "let", "if", "else", "match", "ref", "ref_read",
                        "ref_write", "free_var", "meta", "True", "False"})
 
 
-def parse(text: str, source_name: str = "<string>") -> IRModule:
+def parse(text: str, source_name: str = "<string>", init_module: Optional[IRModule] = None,
+          init_meta_table: Optional[dict] = None) -> IRModule:
     """Parse a module. The text must start with ``#[version = "0.0.5"]``.
 
     >>> mod = parse('#[version = "0.0.5"]\\ndef @main(%x: float32) { add(%x, 1f) }')
@@ -82,10 +86,54 @@ def parse(text: str, source_name: str = "<string>") -> IRModule:
     'add'
 
     A module whose body is a single expression (no ``def``) becomes ``@main``.
+
+    As Relay's ``tvm.parser.parse``, ``init_module`` gives definitions the text may use (its
+    globals, ADTs and constructors); the result holds them and the text's own definitions (a
+    ``def`` of a name the module has replaces its function). Unlike Relay, ``init_module`` itself
+    is left as it was: the result is a new module. ``init_meta_table`` is
+    ``{"relay.Constant": [constants or arrays]}``; its entries come after the text's own
+    ``#[metadata]`` ones, so ``meta[relay.Constant][i]`` counts those first:
+
+    >>> import numpy as np
+    >>> mod = parse('#[version = "0.0.5"]\\ndef @main() { meta[relay.Constant][0] }',
+    ...             init_meta_table={"relay.Constant": [np.ones((2,), "float32")]})
+    >>> mod["main"].body.data
+    array([1., 1.], dtype=float32)
     """
-    p = _Parser(text, source_name)
+    p = _Parser(text, source_name, init_module, _meta_table_constants(init_meta_table))
     with _stack_room():
-        return p.parse_module()
+        mod = p.parse_module()
+    if init_module is None:
+        return mod
+    merged = init_module.copy()
+    for gv, td in mod.type_definitions.items():
+        merged.add_type_def(td)
+    for gv, fn in mod.functions.items():
+        merged.add(gv, fn, update=True)
+    return merged
+
+
+def _meta_table_constants(table: Optional[dict]) -> list:
+    """The constants of a metadata table given from outside (``{"relay.Constant": [...]}``)."""
+    if table is None:
+        return []
+    if not isinstance(table, dict):
+        raise TypeError('init_meta_table must be a dict {"relay.Constant": [...]}, not '
+                        f"{type(table).__name__}")
+    out = []
+    for key, items in table.items():
+        if key != "relay.Constant":
+            raise ValueError(f"init_meta_table[{key!r}]: only relay.Constant entries are supported")
+        for k, item in enumerate(items):
+            if isinstance(item, Constant):
+                out.append(item)
+                continue
+            try:
+                out.append(Constant(np.asarray(item)))
+            except (TypeError, ValueError) as err:
+                raise ValueError(f"init_meta_table['relay.Constant'][{k}] is not a constant: "
+                                 f"{err}") from None
+    return out
 
 
 def parse_expr(text: str, source_name: str = "<string>", mod: Optional[IRModule] = None) -> Expr:
@@ -125,7 +173,8 @@ def _describe(tok) -> str:
 
 
 class _Parser:
-    def __init__(self, text: str, source_name: str, mod: Optional[IRModule] = None):
+    def __init__(self, text: str, source_name: str, mod: Optional[IRModule] = None,
+                 extra_meta: Optional[list] = None):
         self.text = text
         self.source_name = source_name
         self.lines = LineIndex(text)
@@ -141,6 +190,8 @@ class _Parser:
         self.adts: dict = {}          # name -> GlobalTypeVar
         self.constructors: dict = {}  # name -> Constructor
         self._meta: Optional[list] = None
+        self._extra_meta: list = extra_meta or []
+        self._known_adts: frozenset = frozenset()  # ADTs defined outside the text
         self._literals: dict = {}     # literal text -> its value (a rank-0 array)
         self._opdefs: dict = {}       # Op -> (OpDef or None, its default attrs)
         self._tensor_types: dict = {}  # the tokens inside Tensor[...] -> the TensorType
@@ -151,6 +202,7 @@ class _Parser:
                 self.adts[gtv.name_hint] = gtv
                 for c in td.constructors:
                     self.constructors[c.name_hint] = c
+            self._known_adts = frozenset(self.adts)
 
     # ---- errors, spans, tokens ---------------------------------------------------------------
     def error(self, message: str, offset: Optional[int] = None, expected: Optional[str] = None):
@@ -234,8 +286,10 @@ class _Parser:
                     depth += 1
                 elif text in ")]}":
                     depth -= 1
-            elif kind == IDENT and depth == 0 and text in ("def", "type"):
+            elif kind == IDENT and depth == 0 and text in ("def", "type", "extern"):
                 items.append((text, j))
+                if text == "extern" and toks[j + 1][0] == IDENT and toks[j + 1][1] == "type":
+                    j += 1
             j += 1
         eof = j
         if not items:
@@ -249,24 +303,34 @@ class _Parser:
             raise self.error(f"expected a definition ('def' or 'type') but found "
                              f"{_describe(toks[start])}", toks[start][2])
         # declare every type and global first: definitions may refer to later ones
+        defined: set = set()
         for kind, j in items:
+            if kind == "extern":
+                if not (toks[j + 1][0] == IDENT and toks[j + 1][1] == "type"):
+                    raise self.error(f"expected 'type' after 'extern' but found "
+                                     f"{_describe(toks[j + 1])}", toks[j + 1][2], "'type'")
+                kind, j = "type", j + 1
             name_tok = toks[j + 1]
             if kind == "type" and name_tok[0] == IDENT:
                 if name_tok[1] in self.adts:
-                    raise self.error(f"duplicate definition of type {name_tok[1]}", name_tok[2])
+                    where = " (init_module defines it)" if name_tok[1] in self._known_adts else ""
+                    raise self.error(f"duplicate definition of type {name_tok[1]}{where}",
+                                     name_tok[2])
                 if name_tok[1] in DTYPES or name_tok[1] in ("Tensor", "Ref", "_"):
                     raise self.error(f"'{name_tok[1]}' is a built-in type and cannot be redefined",
                                      name_tok[2])
                 self.adts[name_tok[1]] = GlobalTypeVar(name_tok[1])
             elif kind == "def" and name_tok[0] == GLOBAL:
-                name = name_tok[1][1:]
-                if name in self.globals:
+                name = _name_of(name_tok[1])
+                if name in defined:
                     raise self.error(f"duplicate definition of @{name}", name_tok[2])
-                self.globals[name] = GlobalVar(name)
+                defined.add(name)
+                if name not in self.globals:  # a def of an init_module name replaces it
+                    self.globals[name] = GlobalVar(name)
         ends = {}
         type_defs = []
         for kind, j in items:
-            if kind == "type":
+            if kind in ("type", "extern"):
                 self.i = j
                 type_defs.append(self.parse_type_def())
                 ends[j] = self.i
@@ -307,12 +371,24 @@ class _Parser:
             raise self.error(f"expected the end of the program but found {_describe(tok)}", tok[2])
 
     def parse_type_def(self):
+        """``type Name[A, ...] { Con(T, ...), ... }``, or ``extern type Name[A, ...]``: a type
+        defined outside the program, which has no constructors (as in Relay)."""
+        extern = self.toks[self.i]
+        is_extern = extern[0] == IDENT and extern[1] == "extern"
+        if is_extern:
+            self.i += 1
         self.expect_keyword("type")
         name_tok = self.expect_kind(IDENT, "the name of the type")
         header = self.adts[name_tok[1]]
         type_vars = self.parse_type_params() if self.peek_is("[") else []
         self.type_scopes.append({v.name_hint: v for v in type_vars})
         constructors = []
+        if is_extern:
+            if self.peek_is("{"):
+                raise self.error(f"an external type may not have any constructors (extern type "
+                                 f"{name_tok[1]} is followed by '{{')", self.toks[self.i][2])
+            self.type_scopes.pop()
+            return TypeData(header, type_vars, constructors), name_tok[2]
         self.expect("{")
         while not self.accept("}"):
             ctok = self.expect_kind(IDENT, "a constructor name")
@@ -335,7 +411,7 @@ class _Parser:
     def parse_def(self):
         def_tok = self.expect_keyword("def")
         name_tok = self.expect_kind(GLOBAL, "a global name like @main")
-        gv = self.globals[name_tok[1][1:]]
+        gv = self.globals[_name_of(name_tok[1])]
         fn = self.parse_function_rest(def_tok[2])
         return gv, fn
 
@@ -376,7 +452,7 @@ class _Parser:
             if kind == LOCAL:
                 self.i += 1
                 ann = self.parse_type() if self.accept(":") else None
-                v = Var(text[1:], ann).with_span(self.span(offset))
+                v = Var(_name_of(text), ann).with_span(self.span(offset))
                 scope[text] = v
                 params.append(v)
             elif kind == IDENT and toks[self.i + 1][0] == PUNCT and toks[self.i + 1][1] == "=":
@@ -400,7 +476,9 @@ class _Parser:
     def parse_block(self) -> Expr:
         """Bindings (``%0 = e;``, ``let %x = e;``, ``free_var %x: T;``), then the value.
 
-        A loop, not recursion: the bindings of a block may be as many as memory allows.
+        ``e1; e2`` evaluates ``e1`` for its effect and gives ``e2``: as in Relay, it reads as
+        ``let %_ = e1; e2`` with a variable of empty name. A loop, not recursion: the bindings of
+        a block may be as many as memory allows.
         """
         toks = self.toks
         scope: dict = {}
@@ -408,10 +486,7 @@ class _Parser:
         lets = []
         while True:
             kind, text, offset = toks[self.i]
-            if kind == GRAPH:
-                nxt = toks[self.i + 1]
-                if nxt[0] != PUNCT or nxt[1] != "=":
-                    break
+            if kind == GRAPH and toks[self.i + 1][0] == PUNCT and toks[self.i + 1][1] == "=":
                 self.i += 2
                 value = self.parse_expr()
                 self.expect(";")
@@ -423,7 +498,7 @@ class _Parser:
                 vtok = self.expect_kind(LOCAL, "a variable like %x after 'let'")
                 ann = self.parse_type() if self.accept(":") else None
                 self.expect("=")
-                v = Var(vtok[1][1:], ann).with_span(self.span(vtok[2]))
+                v = Var(_name_of(vtok[1]), ann).with_span(self.span(vtok[2]))
                 tok = toks[self.i]
                 if tok[0] == IDENT and tok[1] == "fn":
                     scope[vtok[1]] = v  # a closure may call itself
@@ -436,10 +511,13 @@ class _Parser:
                 vtok = self.expect_kind(LOCAL, "a variable like %x after 'free_var'")
                 ann = self.parse_type() if self.accept(":") else None
                 self.expect(";")
-                scope[vtok[1]] = Var(vtok[1][1:], ann).with_span(self.span(vtok[2]))
+                scope[vtok[1]] = Var(_name_of(vtok[1]), ann).with_span(self.span(vtok[2]))
             else:
-                break
-        body = self.parse_expr()
+                body = self.parse_expr()
+                semi = toks[self.i]
+                if not self.accept(";"):
+                    break
+                lets.append((Var("").with_span(self.span(semi[2])), body, offset))
         self.scopes.pop()
         for v, value, offset in reversed(lets):
             body = Let(v, value, body).with_span(self.span(offset))
@@ -609,9 +687,9 @@ class _Parser:
             raise self.error(f"undefined variable {text}", offset)
         if kind == GLOBAL:
             self.i += 1
-            gv = self.globals.get(text[1:])
+            gv = self.globals.get(_name_of(text))
             if gv is None:
-                close = difflib.get_close_matches(text[1:], list(self.globals), n=3)
+                close = difflib.get_close_matches(_name_of(text), list(self.globals), n=3)
                 hint = f"; did you mean {', '.join('@' + c for c in close)}?" if close else ""
                 raise self.error(f"undefined global {text}{hint}", offset)
             return gv
@@ -641,10 +719,15 @@ class _Parser:
             if text == "(":
                 return self.parse_paren()
             if text == "-":
-                ntok = toks[self.i + 1]
+                # `-1`, and `--1` (= 1), as Relay's tokenizer reads a run of minus signs
+                j = self.i
+                while toks[j][0] == PUNCT and toks[j][1] == "-":
+                    j += 1
+                ntok = toks[j]
                 if ntok[0] == NUMBER:
-                    self.i += 2
-                    return self.literal(ntok[1], offset, True)
+                    negative = (j - self.i) % 2 == 1
+                    self.i = j + 1
+                    return self.literal(ntok[1], offset, negative)
                 raise self.error("unary '-' applies only to a number literal; write negative(...)",
                                  offset)
         raise self.error(f"expected an expression but found {_describe(toks[self.i])}", offset)
@@ -665,18 +748,25 @@ class _Parser:
                              "f32, f64, i8, i16, i32, i64, u8, u16, u32, u64)", offset)
         is_float = bool(frac or exp)
         dtype = _SUFFIX[suffix] or ("float32" if is_float else "int32")
+        sign = "-" if negative else ""
         if dtype.startswith("float"):
             value = float(digits + (frac or "") + (exp or ""))
             if negative:
                 value = -value
+            if abs(value) > float(np.finfo(dtype).max):  # Relay refuses it; numpy would give inf
+                raise self.error(f"literal {sign}{text} does not fit in {dtype} (its largest value "
+                                 f"is {float(np.finfo(dtype).max):.6g})", offset)
         else:
             if is_float:
                 raise self.error(f"integer literal {text} has a fraction or an exponent", offset)
             value = -int(digits) if negative else int(digits)
             info = np.iinfo(dtype)
+            if not info.min <= value <= info.max and not suffix:
+                # Relay: an integer without a suffix that int32 cannot hold is an int64
+                dtype = "int64"
+                info = np.iinfo(dtype)
             if not info.min <= value <= info.max:
-                raise self.error(f"literal {'-' if negative else ''}{text} does not fit in {dtype}",
-                                 offset)
+                raise self.error(f"literal {sign}{text} does not fit in {dtype}", offset)
         return np.array(value, dtype=dtype)
 
     def parse_paren(self) -> Expr:
@@ -745,7 +835,7 @@ class _Parser:
         elif kind == LOCAL:
             self.i += 1
             ann = self.parse_type() if self.accept(":") else None
-            v = Var(text[1:], ann).with_span(self.span(offset))
+            v = Var(_name_of(text), ann).with_span(self.span(offset))
             self.scopes[-1][text] = v
             pat = PatternVar(v)
         elif kind == IDENT:
@@ -813,12 +903,21 @@ class _Parser:
             raise self.error(f"{ref} refers to the #[metadata] section, but the text has none "
                              "(print it with show_meta_data=True)", offset)
         if index >= len(table):
-            raise self.error(f"{ref} is not in the #[metadata] section (it holds {len(table)} "
-                             "constants)", offset)
+            where = ("the #[metadata] section and init_meta_table" if self._extra_meta
+                     else "the #[metadata] section")
+            raise self.error(f"{ref} is not in {where} (they hold {len(table)} constants)"
+                             if self._extra_meta else
+                             f"{ref} is not in {where} (it holds {len(table)} constants)", offset)
         return table[index]
 
     def metadata(self) -> Optional[list]:
-        if self._meta is not None or self.meta_text is None:
+        """The constants ``meta[relay.Constant][i]`` refers to: the ``#[metadata]`` section's,
+        then those of the ``init_meta_table`` given to :func:`parse`; None when there are none."""
+        if self._meta is not None:
+            return self._meta
+        if self.meta_text is None:
+            if self._extra_meta:
+                self._meta = list(self._extra_meta)
             return self._meta
         base = self.meta_offset
         try:
@@ -837,6 +936,7 @@ class _Parser:
             except (KeyError, TypeError, ValueError, binascii.Error) as err:
                 raise self.error(f"bad entry relay.Constant[{k}] in the #[metadata] section: {err}",
                                  base) from None
+        table.extend(self._extra_meta)
         self._meta = table
         return table
 
@@ -871,6 +971,8 @@ class _Parser:
                 self.expect("]")
             elif text in DTYPES:
                 t = TensorType((), text)
+            elif text in _DTYPE_SHORTHANDS or _VECTOR_DTYPE.match(text):
+                t = TensorType((), self.dtype_name(text, offset))
             else:
                 t = self._named_type(text, offset)
         else:
@@ -944,15 +1046,32 @@ class _Parser:
                 break
         self.expect(",")
         dtok = self.expect_kind(IDENT, "a dtype")
-        if dtok[1] not in DTYPES:
-            close = difflib.get_close_matches(dtok[1], sorted(DTYPES), n=3)
-            hint = f"; did you mean {', '.join(close)}?" if close else ""
-            raise self.error(f"unknown dtype {dtok[1]}{hint}", dtok[2])
+        dtype = self.dtype_name(dtok[1], dtok[2])
         self.expect("]")
         try:
-            return TensorType(tuple(dims), dtok[1])
+            return TensorType(tuple(dims), dtype)
         except (TypeError, ValueError) as err:
             raise self.error(str(err), offset) from None
+
+    def dtype_name(self, text: str, offset: int) -> str:
+        """The dtype a type's name stands for: ``int32``, or Relay's shorthands ``int``,
+        ``uint`` and ``float`` (32 bits, as TVM's String2DLDataType reads them)."""
+        if text in DTYPES:
+            return text
+        short = _DTYPE_SHORTHANDS.get(text)
+        if short is not None:
+            return short
+        m = _VECTOR_DTYPE.match(text)
+        if m is not None:
+            lanes = int(m.group(2))
+            elem = _DTYPE_SHORTHANDS.get(m.group(1), m.group(1))
+            what = f"{lanes} lanes of {elem}" if elem in DTYPES else f"lanes of {m.group(1)}"
+            raise self.error(f"vector dtype {text} ({what}) is not supported: tensor elements here "
+                             "are scalars; write the lanes as a last dimension "
+                             f"(Tensor[(..., {lanes}), {elem}])", offset)
+        close = difflib.get_close_matches(text, sorted(DTYPES), n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise self.error(f"unknown dtype {text}{hint}", offset)
 
     # dimensions: ints, names, ?, and + - * // % of them
     def parse_dim(self):
@@ -1026,6 +1145,13 @@ _ATOM_KEYWORDS = {
     "False": _Parser.parse_bool,
     "meta": _Parser.parse_meta,
 }
+
+
+def _name_of(token_text: str) -> str:
+    """The name a ``%x`` / ``@f`` token stands for; quoted names (``%"a b"``) are JSON strings."""
+    if token_text[1:2] == '"':
+        return json.loads(token_text[1:])
+    return token_text[1:]
 
 
 def _decode_constant(entry: dict) -> np.ndarray:

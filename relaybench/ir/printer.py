@@ -12,7 +12,15 @@
   print as ``meta[relay.Constant][i]`` and the ``#[metadata]`` section at the end holds their data.
 * With ``show_types``, each node that has a checked type carries ``/* ty=... */``.
 * Variable names are kept unless two variables in scope would print alike; then the later one is
-  renamed (``%x1``), so that the text reads back to the same program.
+  renamed (``%x1``), so that the text reads back to the same program. A name that is not a plain
+  identifier is quoted (``%"input:0"``, ``@"my f"``) and reads back as it was; Relay prints such
+  names bare (which its parser cannot read), so the quoted form is this project's own. A variable
+  with an empty name prints as ``%v``, as in Relay.
+* Options, all off by default: ``show_header`` puts ``#[version = "0.0.5"]`` before a lone
+  expression too (Relay's ``astext`` always does; a module always has it); ``show_spans`` adds
+  ``span=source:line:column`` to a node's ``/* ... */`` comment, as Relay does; and
+  ``show_constant_types`` annotates each constant with its type (``meta[relay.Constant][0]
+  /* ty=Tensor[(3), float32] */``, ``1f /* ty=float32 */``).
 * ``mark=node`` underlines that node's text with ``^`` on the next line.
 
 Everything is iterative: a chain of 100,000 operators prints.
@@ -63,19 +71,32 @@ _INT_SUFFIX = {"int8": "i8", "int16": "i16", "int32": "", "int64": "i64",
 _FLOAT_SUFFIX = {"float16": "f16", "float32": "f", "float64": "f64"}
 
 
-def astext(obj, show_types: bool = True, show_meta_data: bool = True, mark=None) -> str:
+def astext(obj, show_types: bool = True, show_meta_data: bool = True, mark=None,
+           show_header: bool = False, show_spans: bool = False,
+           show_constant_types: bool = False) -> str:
     """The Relay text of an :class:`IRModule`, an expression, a type or an ADT definition.
 
-    A module starts with ``#[version = "0.0.5"]``; a lone expression does not (its free
-    variables are declared with ``free_var``). ``show_types`` adds ``/* ty=... */`` after each
-    node whose type is known; ``show_meta_data`` appends the ``#[metadata]`` section holding
-    the constants printed as ``meta[relay.Constant][i]``; ``mark`` underlines one node.
+    A module starts with ``#[version = "0.0.5"]``; a lone expression does only with
+    ``show_header`` (its free variables are declared with ``free_var``). ``show_types`` adds
+    ``/* ty=... */`` after each node whose type is known; ``show_meta_data`` appends the
+    ``#[metadata]`` section holding the constants printed as ``meta[relay.Constant][i]``;
+    ``mark`` underlines one node; ``show_spans`` adds where the parser found each node
+    (``/* ty=... span=<string>:3:5 */``); ``show_constant_types`` annotates constants with
+    their types.
+
+    >>> from relaybench.ir import const
+    >>> print(astext(const(np.zeros(2, "float32")) + const(1.0), show_header=True,
+    ...              show_constant_types=True, show_meta_data=False))
+    #[version = "0.0.5"]
+    add(meta[relay.Constant][0] /* ty=Tensor[(2), float32] */, 1f /* ty=float32 */)
     """
-    printer = _Printer(show_types, mark)
+    printer = _Printer(show_types, mark, show_spans, show_constant_types)
     if isinstance(obj, IRModule):
         text = printer.module_text(obj)
     elif isinstance(obj, Expr):
         text = printer.root_text(obj, None)
+        if show_header:
+            text = f'#[version = "{VERSION}"]\n' + text
     elif isinstance(obj, Type):
         return printer.type_text(obj, {})
     elif isinstance(obj, TypeData):
@@ -137,6 +158,18 @@ def _attr_text(value) -> str:
 
 
 _BAD_NAME_CHARS = re.compile(r"[^A-Za-z0-9_]")
+_PLAIN_LOCAL = re.compile(r"[A-Za-z0-9_]*[A-Za-z_][A-Za-z0-9_]*")
+_PLAIN_GLOBAL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def _local_text(name: str) -> str:
+    """``%name``, quoted (``%"a b"``) when the name is not a plain identifier."""
+    return "%" + (name if _PLAIN_LOCAL.fullmatch(name) else json.dumps(name))
+
+
+def _global_text(name: str) -> str:
+    """``@name``, quoted (``@"a b"``) when the name is not a plain (dotted) identifier."""
+    return "@" + (name if _PLAIN_GLOBAL.fullmatch(name) else json.dumps(name))
 
 
 def _sanitize(name: str) -> str:
@@ -251,8 +284,11 @@ _VISIT, _FINISH, _CHAIN, _TAIL, _LETLINE, _BIND_LET, _BIND_PARAMS, _BIND_PATTERN
 
 
 class _Printer:
-    def __init__(self, show_types: bool, mark):
+    def __init__(self, show_types: bool, mark, show_spans: bool = False,
+                 show_constant_types: bool = False):
         self.show_types = show_types
+        self.show_spans = show_spans
+        self.show_constant_types = show_constant_types
         self.mark = mark
         self.meta: list = []
         self.meta_index: dict = {}
@@ -374,6 +410,7 @@ class _RootPrinter:
         self.root = root
         self.gvar = gvar
         self.show_types = printer.show_types
+        self.show_spans = printer.show_spans
         self.mark = printer.mark
         self.var_names: dict = {}
         self.taken: set = set()
@@ -483,7 +520,7 @@ class _RootPrinter:
 
     # ---- names ---------------------------------------------------------------------------
     def _bind_var(self, v: Var, block: _Block) -> str:
-        name = _unique(_sanitize(v.name_hint), self.taken, self.counters)
+        name = _unique(v.name_hint or "v", self.taken, self.counters)
         self.var_names[v] = name
         block.names.append(name)
         return name
@@ -491,9 +528,9 @@ class _RootPrinter:
     def _var_text(self, v: Var) -> str:
         name = self.var_names.get(v)
         if name is None:  # a free variable that was not declared (cannot happen; be safe)
-            name = _unique(_sanitize(v.name_hint), self.taken, self.counters)
+            name = _unique(v.name_hint or "v", self.taken, self.counters)
             self.var_names[v] = name
-        text = "%" + name
+        text = _local_text(name)
         return _MARK_OPEN + text + _MARK_CLOSE if v is self.mark else text
 
     def _bind_type_params(self, tps) -> None:
@@ -510,16 +547,30 @@ class _RootPrinter:
         return self.p.type_text(t, self.tv_names)
 
     def _ty_comment(self, node: Expr) -> str:
-        if not self.show_types:
-            return ""
-        t = node.type_or_none
-        return "" if t is None else f" /* ty={self._type(t)} */"
+        """`` /* ty=T span=src:l:c */``: what is known and asked for about the node, or ""."""
+        parts = []
+        if self.show_types:
+            t = node.type_or_none
+            if t is not None:
+                parts.append(f"ty={self._type(t)}")
+        if self.show_spans and node.span is not None:
+            parts.append(f"span={node.span}")
+        return f" /* {' '.join(parts)} */" if parts else ""
+
+    def _constant_comment(self, node: Constant) -> str:
+        parts = []
+        if self.p.show_constant_types:
+            t = node.type_or_none or node.tensor_type
+            parts.append(f"ty={self._type(t)}")
+        if self.show_spans and node.span is not None:
+            parts.append(f"span={node.span}")
+        return f" /* {' '.join(parts)} */" if parts else ""
 
     def _atom_text(self, node) -> str:
         if isinstance(node, Var):
             return self._var_text(node)
         if isinstance(node, GlobalVar):
-            text = "@" + node.name_hint
+            text = _global_text(node.name_hint)
         elif isinstance(node, Op):
             text = node.name
         elif isinstance(node, Constructor):
@@ -534,6 +585,9 @@ class _RootPrinter:
                     idx = self.p.meta_index[node] = len(self.p.meta)
                     self.p.meta.append(node)
                 text = f"meta[relay.Constant][{idx}]"
+            comment = self._constant_comment(node)
+            if comment:
+                return (_MARK_OPEN + text + _MARK_CLOSE if node is self.mark else text) + comment
         return _MARK_OPEN + text + _MARK_CLOSE if node is self.mark else text
 
     def _wrap(self, node, text):
@@ -548,7 +602,7 @@ class _RootPrinter:
         ref: dict = {}
         self.ref = ref
         for v in self.free_vars:
-            name = _unique(_sanitize(v.name_hint), self.taken, self.counters)
+            name = _unique(v.name_hint or "v", self.taken, self.counters)
             self.var_names[v] = name
             ann = f": {self._type(v.type_annotation)}" if v.type_annotation is not None else ""
             top.lines.append(f"free_var {self._var_text(v)}{ann};")
@@ -667,7 +721,7 @@ class _RootPrinter:
                 else:
                     block.doc = block.tail
         if is_def:
-            head = self._wrap(root, f"def @{self.gvar.name_hint}{self._signature(root)}")
+            head = self._wrap(root, f"def {_global_text(self.gvar.name_hint)}{self._signature(root)}")
             return _render(_block_doc(head + " {", top.doc, "}"))
         return _render(top.doc)
 

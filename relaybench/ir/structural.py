@@ -12,7 +12,8 @@ Expression nodes compare by identity (``a == b`` is ``a is b``); these functions
 * **Sharing is structure** (graph equality, as in TVM): a node used twice on one side must match one
   node used twice on the other. ``%0 = f(%x); g(%0, %0)`` is *not* equal to ``g(f(%x), f(%x))``
   (two separate calls): the first computes ``f`` once, the second twice. Constants, operators,
-  global variables and constructors are values, so whether they are shared does not matter.
+  global variables, constructors and the empty tuple ``()`` are values, so whether they are
+  shared does not matter (Relay's unit value: two ``()`` nodes are as good as one shared one).
 * ``GlobalVar``\\ s compare by name, ``GlobalTypeVar``\\ s by name, constructors by name, tag and the
   name of their ADT, constants by dtype, shape and bytes, attributes with ``==``, tensor dims with
   ``==`` (symbolic dims are canonical). ``Call.type_args``, ``checked_type`` and spans are ignored.
@@ -367,7 +368,7 @@ class _Equal:
                     if reason:
                         return path, reason, l, r
                     continue
-                if role == _GRAPH:
+                if role == _GRAPH and not (cls is Tuple and not l.fields and not r.fields):
                     partner = lhs_nodes.get(l)
                     if partner is not None:
                         if partner is r:
@@ -741,7 +742,7 @@ def structural_hash(value, map_free_vars: bool = False) -> int:
                 else:
                     emit(("free", id(x)))
                 continue
-            if role == _GRAPH:
+            if role == _GRAPH and not (cls is Tuple and not x.fields):
                 n = graph_index.get(x)
                 if n is not None:
                     emit(("shared", n))

@@ -3,8 +3,9 @@
 Type nodes are immutable. Structural types (:class:`TensorType`, :class:`TupleType`,
 :class:`FuncType`, :class:`TypeCall`, :class:`RefType`) compare with ``==`` by their fields;
 binders and holes (:class:`TypeVar`, :class:`GlobalTypeVar`, :class:`IncompleteType`) compare by
-identity, like variables. Alpha-equivalence (two functions differing only in the names of their
-type parameters) is :func:`relaybench.ir.structural_equal`'s job.
+identity, like variables. As in Relay (whose ``Type.__eq__`` is structural equality), a
+:class:`FuncType` with type parameters compares up to their renaming (alpha-equivalence):
+``fn [A](A) -> A == fn [B](B) -> B``, and hashes alike.
 
 >>> t = TensorType((1, "n", None), "float32")
 >>> t
@@ -180,6 +181,27 @@ class FuncType(Type):
         object.__setattr__(self, "arg_types", tuple(self.arg_types))
         object.__setattr__(self, "type_params", tuple(self.type_params))
         object.__setattr__(self, "type_constraints", tuple(self.type_constraints))
+
+    def __eq__(self, other) -> bool:
+        """Field by field; with type parameters on either side, up to their renaming."""
+        if self is other:
+            return True
+        if type(other) is not FuncType:
+            return NotImplemented
+        if (self.arg_types == other.arg_types and self.ret_type == other.ret_type
+                and self.type_params == other.type_params
+                and self.type_constraints == other.type_constraints):
+            return True
+        if not (self.type_params or other.type_params):
+            return False
+        from .structural import structural_equal
+        return structural_equal(self, other)
+
+    def __hash__(self) -> int:
+        if not self.type_params:
+            return hash((self.arg_types, self.ret_type, self.type_constraints))
+        from .structural import structural_hash
+        return structural_hash(self)
 
 
 @dataclass(frozen=True, slots=True, repr=False)

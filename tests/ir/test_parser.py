@@ -289,7 +289,9 @@ def test_negative_zero_keeps_its_sign():
 @pytest.mark.parametrize("text, message", [
     ("300i8", "literal 300i8 does not fit in int8"),
     ("-1u8", "literal -1u8 does not fit in uint8"),
-    ("2147483648", "literal 2147483648 does not fit in int32"),
+    # without a suffix, an integer too big for int32 is an int64 (as in Relay); with i32, an error
+    ("2147483648i32", "literal 2147483648i32 does not fit in int32"),
+    ("9223372036854775808", "literal 9223372036854775808 does not fit in int64"),
     ("1.5i64", "integer literal 1.5i64 has a fraction or an exponent"),
     ("1q", "unknown literal suffix 'q' in 1q"),
 ])
