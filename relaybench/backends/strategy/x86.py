@@ -207,6 +207,8 @@ def schedule(group, compute_at: bool = True):
                     and isinstance(t.op, ComputeOp)), None)
         if pad is not None:
             keep.add(pad)
+    if kind is None:
+        keep |= _too_big_to_inline(s, output_ops)
     for op in s.ops:
         if isinstance(op, ComputeOp) and op not in output_ops and not op.reduce_axis \
                 and op not in keep:
@@ -251,6 +253,54 @@ def schedule(group, compute_at: bool = True):
         else:
             schedule_injective(s, op)
     return s, rule
+
+
+#: The most expression nodes a stage may bring into its readers by being inlined (its expanded
+#: body times the number of places it is read). Stages that read their input at many points
+#: (cubic resize reads 16) multiply when chained: three chained cubic resizes inlined are one
+#: expression of some 10^5 nodes, minutes of compiling for a few hundred outputs.
+INLINE_BUDGET = 2048
+
+
+def _too_big_to_inline(s, output_ops) -> set:
+    """The injective stages whose inlining would copy more than :data:`INLINE_BUDGET` nodes
+    into their readers; they are computed into buffers of their own instead."""
+    from ...te.loop_ir import map_children
+    from ...te.tensor import TensorLoad
+
+    def walk(body):
+        """(node count with inlined producers expanded, loads per producer op)"""
+        size, loads, stack = 0, {}, [body]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, TensorLoad):
+                producer = s.op_of(node.tensor)
+                loads[producer] = loads.get(producer, 0) + 1
+                size += expanded.get(producer, 1)
+                stack.extend(node.indices)
+                continue
+            size += 1
+            map_children(node, lambda child: stack.append(child) or child)
+        return size, loads
+
+    expanded: dict = {}   # inlined op -> its body's expanded size
+    reads: dict = {}      # op -> how many loads of it its readers hold
+    bodies = {}
+    for op in s.ops:
+        if isinstance(op, ComputeOp):
+            bodies[op] = walk(op.body)[1]
+            for producer, count in bodies[op].items():
+                reads[producer] = reads.get(producer, 0) + count
+    kept = set()
+    for op in s.ops:   # producers first
+        if not isinstance(op, ComputeOp) or op in output_ops or op.reduce_axis:
+            continue
+        size = walk(op.body)[0]
+        if reads.get(op, 0) > 1 and size * reads[op] > INLINE_BUDGET:
+            kept.add(op)
+        else:
+            expanded[op] = size
+    return kept
 
 
 def _work(op) -> int:
