@@ -907,13 +907,6 @@ layout_transform = register(OpDef(
 # ---------------------------------------------------------------------------------------------
 # shape_of, arange, one_hot
 
-def _normalize_int_dtype(a: dict) -> dict:
-    a["dtype"] = _dtype(a["dtype"])
-    if not _int_dtype(a["dtype"]):
-        raise ValueError(f"dtype must be an integer dtype, got {a['dtype']}")
-    return a
-
-
 @relation("ShapeOfRel")
 def shape_of_rel(types, attrs):
     """``ShapeOfRel``: a 1-d tensor of ``rank`` elements, whatever the dims are."""
@@ -924,9 +917,15 @@ def shape_of_rel(types, attrs):
     return TensorType((data.ndim,), attrs.dtype)
 
 
+def _normalize_shape_dtype(a: dict) -> dict:
+    """Any dtype, as Relay's ShapeOfAttrs (``shape_of(%x, dtype="float32")`` is well typed)."""
+    a["dtype"] = _dtype(a["dtype"])
+    return a
+
+
 shape_of = register(OpDef(
     "shape_of", ("data",), shape_of_rel, OpPattern.OPAQUE, attrs={"dtype": "int32"},
-    normalize=_normalize_int_dtype,
+    normalize=_normalize_shape_dtype,
     reference=lambda x, attrs: np.array(x.shape, dtype=attrs.dtype),
     doc="The shape of ``data`` as a 1-d tensor of ``dtype``; its type is ``Tensor[(rank,)]`` even "
         "when dims are symbolic or ``?``. Pattern kind OPAQUE, as in TVM (it runs on the host)."))

@@ -11,8 +11,11 @@ Uses are counted from what is live (Relay's ``CalcDep``): the function's result 
 value is live once its variable is used by live code, and an impure value is always live. So a
 chain of bindings that only feed each other, and end in nothing used, goes in one run.
 
-With ``inline_once=True``, a pure value whose variable is used exactly once is moved to that use;
-``ignore_impurity=True`` treats every value as pure (Relay's two options). Graph-form programs have
+With ``inline_once=True``, a pure value whose variable is used exactly once is moved to that use,
+unless the use sits inside a function literal nested in the binding's function: the closure may
+run many times, so the value stays bound outside it and is computed once (as in Relay, a use from
+a deeper function counts as two). ``ignore_impurity=True`` treats every value as pure (Relay's two
+options). Graph-form programs have
 no bindings, so they pass through unchanged (the same module comes back).
 
 >>> import relaybench as rb
@@ -104,44 +107,54 @@ def _count_live_uses(body: Expr, purity: PurityAnalysis, ignore_impurity: bool) 
     Each occurrence counts (``add(%x, %x)`` uses ``%x`` twice); a node shared by several parents
     is one computation, so its occurrences count once. A pure let value is only walked when its
     variable is first used.
+
+    A let-bound variable used inside a function literal that is nested deeper than its binding
+    counts one more use for that occurrence (Relay's ``UsageVisitor`` scope levels): the function
+    may be called many times, so moving the value into it would recompute it at every call, and
+    ``inline_once`` must leave it where it is.
     """
     uses: Counter = Counter()
-    deferred: dict = {}  # let-bound var -> its value, not walked yet
+    deferred: dict = {}  # let-bound var -> (its value, not walked yet; its binding's level)
+    bound_level: dict = {}  # let-bound var -> the function nesting level of its binding
     seen = set()
-    stack = [body]
+    stack = [(body, 0)]
 
-    def occurs(child):
+    def occurs(child, level):
         if isinstance(child, Var):
             uses[child] += 1
-            value = deferred.pop(child, None)
-            if value is not None:
-                stack.append(value)
-        elif child not in seen:
-            stack.append(child)
+            if child in bound_level and bound_level[child] < level:
+                uses[child] += 1
+            entry = deferred.pop(child, None)
+            if entry is not None:
+                stack.append(entry)
+        elif (child, level) not in seen:
+            stack.append((child, level))
 
     while stack:
-        node = stack.pop()
-        if node in seen:
+        item = stack.pop()
+        if item in seen:
             continue
-        seen.add(node)
+        seen.add(item)
+        node, level = item
         if isinstance(node, Var):
             continue
         if isinstance(node, Let):
+            bound_level[node.var] = level
             if ignore_impurity or purity.visit(node.value):
-                deferred[node.var] = node.value
+                deferred[node.var] = (node.value, level)
             else:
-                occurs(node.value)
-            occurs(node.body)
+                occurs(node.value, level)
+            occurs(node.body, level)
         elif isinstance(node, Function):
             if not node.is_primitive:
-                occurs(node.body)
+                occurs(node.body, level + 1)
         elif isinstance(node, Match):
-            occurs(node.data)
+            occurs(node.data, level)
             for c in node.clauses:
-                occurs(c.rhs)
+                occurs(c.rhs, level)
         else:
             for child in expr_children(node):
-                occurs(child)
+                occurs(child, level)
     return uses
 
 

@@ -15,8 +15,13 @@ branches of an ``if`` stay two calls, and nothing is hoisted out of a branch or 
 shared by sibling scopes (graph form allows it) is rewritten in each of them separately.
 
 Not merged, as in Relay: calls without arguments, calls of functions, closures and constructors
-(they may have effects), and operators listed in :data:`NOT_MERGED`. ``Primitive`` functions are
-left alone.
+(they may have effects), and operators listed in :data:`NOT_MERGED` (annotations, and stateful
+operators such as ``nn.dropout``). ``Primitive`` functions are left alone.
+
+``fskip`` (Relay's ``EliminateCommonSubexpr(fskip=None)``, also the first positional option) is a
+predicate on an operator call, with its arguments already merged: a call it holds true for is
+neither replaced by an earlier one nor offered to later ones, e.g.
+``EliminateCommonSubexpr(lambda call: call.op.name == "nn.dropout")``.
 
 >>> import relaybench as rb
 >>> mod = rb.parse('''#[version = "0.0.5"]
@@ -36,6 +41,7 @@ fn (%x: Tensor[(4), float32]) {
 from __future__ import annotations
 
 from collections import ChainMap
+from typing import Callable, Optional
 
 from ..ir.expr import (Call, Clause, Constant, Expr, Function, If, Let, Match, Op, Tuple, TupleGetItem, Var,
                        expr_children)
@@ -45,13 +51,15 @@ from .infra import function_pass
 
 __all__ = ["EliminateCommonSubexpr", "eliminate_common_subexpr", "NOT_MERGED"]
 
-# operators whose calls are never merged: annotations, whose identity is their meaning
+# operators whose calls are never merged: annotations, whose identity is their meaning, and
+# stateful operators, whose two calls are two different values
 NOT_MERGED = NOT_FOLDED
 
 
 class _Eliminator(ExprMutator):
-    def __init__(self):
+    def __init__(self, fskip: Optional[Callable] = None):
         super().__init__()
+        self.fskip = fskip
         self.scopes: list = [{}]  # one table per scope: key -> the expression to reuse
         self.const_keys: dict = {}  # Constant -> its value key
         self.by_value: dict = {}  # value key -> the first Constant with that value
@@ -165,6 +173,8 @@ class _Eliminator(ExprMutator):
             op = e.op
             if not isinstance(op, Op) or not e.args or op.name in NOT_MERGED:
                 return None
+            if self.fskip is not None and self.fskip(e):
+                return None
             return ("call", op, e.attrs, tuple(self._arg_key(a) for a in e.args))
         if isinstance(e, TupleGetItem):
             return ("get", self._arg_key(e.tuple_value), e.index)
@@ -187,12 +197,19 @@ class _Eliminator(ExprMutator):
         return key
 
 
-def eliminate_common_subexpr(func: Function) -> Function:
-    """``func`` with repeated expressions computed once; the same object when there are none."""
-    return _Eliminator().visit(func)
+def eliminate_common_subexpr(func: Function, fskip: Optional[Callable] = None) -> Function:
+    """``func`` with repeated expressions computed once; the same object when there are none.
+
+    ``fskip(call)`` true exempts an operator call from merging (see the module's docstring)."""
+    if fskip is not None and not callable(fskip):
+        raise TypeError(f"EliminateCommonSubexpr: fskip must be a predicate on a Call or None, "
+                        f"not {fskip!r}")
+    return _Eliminator(fskip).visit(func)
 
 
 @function_pass(opt_level=3)
-def EliminateCommonSubexpr(func, mod, ctx):
-    """Replace each call or projection equal to an earlier one in scope by that earlier one."""
-    return eliminate_common_subexpr(func)
+def EliminateCommonSubexpr(func, mod, ctx, fskip: Optional[Callable] = None):
+    """Replace each call or projection equal to an earlier one in scope by that earlier one.
+
+    ``fskip``: a predicate on a Call; the calls it holds true for are not merged."""
+    return eliminate_common_subexpr(func, fskip)

@@ -13,7 +13,8 @@ Rules, applied bottom-up in one walk:
   constants too, so its projections fold).
 
 Not folded, as in Relay: calls without arguments (``zeros``, ``ones``: the constant would only be
-bigger), operators that mark the program rather than compute (:data:`NOT_FOLDED`), and anything
+bigger), operators that mark the program rather than compute, and stateful ones such as
+``nn.dropout``, which is SimplifyInference's to remove (:data:`NOT_FOLDED`), and anything
 inside a ``Primitive`` (fused) function. A call whose evaluation fails (an index out of range in a
 branch that never runs, say) is left for run time, where it fails only if it runs.
 
@@ -43,11 +44,16 @@ from ..ir.types import TensorType, TupleType, Type
 from .dead_code_elimination import PurityAnalysis
 from .infra import function_pass
 
-__all__ = ["FoldConstant", "fold_constant", "NOT_FOLDED", "TypeOracle"]
+__all__ = ["FoldConstant", "fold_constant", "NOT_FOLDED", "STATEFUL", "TypeOracle"]
+
+# Operators Relay marks stateful (TOpIsStateful): ``nn.dropout`` is random at training time, so
+# its value is not a function of its input; it is left for SimplifyInference to remove, even on a
+# constant input.
+STATEFUL = frozenset({"nn.dropout"})
 
 # Operators that annotate the program instead of computing a value (Relay's TNonComputational
-# and device placement ops): folding them would erase the annotation.
-NOT_FOLDED = frozenset({"annotation.stop_fusion", "annotation.cast_hint", "on_device", "device_copy"})
+# and device placement ops): folding them would erase the annotation. The stateful ones too.
+NOT_FOLDED = frozenset({"annotation.stop_fusion", "annotation.cast_hint", "on_device", "device_copy"}) | STATEFUL
 
 
 def _is_constant(e: Expr) -> bool:

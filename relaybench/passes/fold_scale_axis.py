@@ -27,6 +27,13 @@ Three passes, as in Relay:
   ``subtract`` with a broadcast operand (divided by the scale, known nonzero) and ``multiply``.
 * ``FoldScaleAxis`` (opt_level 3): the sequence backward, forward, FoldConstant.
 
+The rewritten programs have Relay's forms: a scale ``s`` is first made a 1-d tensor of the channels,
+``squeeze(s, axis=[its other axes])`` (a scalar is ``repeat``-ed along the channels), and laid
+along the axis it multiplies with ``expand_dims(.., axis=1, num_newaxis=k)``: the weight becomes
+``multiply(%w, expand_dims(squeeze(s, axis=[1, 2]), axis=1, num_newaxis=3))`` for an OIHW
+convolution's output channels, a bias ``divide(%b, expand_dims(.., axis=1, num_newaxis=2))``
+before an NCHW convolution.
+
 "Known positive" and "known nonzero" mean a constant (or a reshaping of one) whose every element
 is; a scale that is not constant folds only where no sign is needed. A scale along any other axis,
 or one that would broadcast the value to a bigger shape, is left alone. Programs are handled in
@@ -42,9 +49,10 @@ touched.
 ...     out = BackwardFoldScaleAxis()(mod)
 >>> print(out["main"].astext(show_types=False, show_meta_data=False))
 fn (%x: Tensor[(1, 3, 4, 4), float32], %w: Tensor[(2, 3, 1, 1), float32]) {
-  %0 = reshape(meta[relay.Constant][0], newshape=[-1, 1, 1, 1]);
-  %1 = multiply(%w, %0);
-  nn.conv2d(%x, %1, channels=2, kernel_size=[1, 1])
+  %0 = squeeze(meta[relay.Constant][0], axis=[1, 2]);
+  %1 = expand_dims(%0, axis=1, num_newaxis=3);
+  %2 = multiply(%w, %1);
+  nn.conv2d(%x, %2, channels=2, kernel_size=[1, 1])
 }
 """
 
@@ -111,18 +119,39 @@ def _same_shape(a: Optional[TensorType], b: Optional[TensorType]) -> bool:
 
 
 def _scales_axis(scale: Optional[TensorType], data: Optional[TensorType], axis: int) -> bool:
-    """Whether a tensor of type ``scale``, broadcast against ``data``, varies only along ``axis``
-    (and leaves ``data``'s shape as it is)."""
+    """Whether a tensor of type ``scale``, broadcast against ``data``, scales ``data`` along
+    ``axis`` (Relay's ``MatchBroadcastToLeftAxes``): a scalar (when the axis has a static size, so
+    it can be repeated along it), or a tensor that reaches ``axis`` with the same size there and
+    is 1 everywhere else."""
     if scale is None or data is None or scale.ndim > data.ndim or scale.dtype != data.dtype:
         return False
+    if scale.ndim == 0:
+        return isinstance(data.shape[axis], int)
     lead = data.ndim - scale.ndim
-    for i, d in enumerate(scale.shape):
-        k = lead + i
-        if d == 1:
-            continue
-        if k != axis or d != data.shape[k]:
-            return False
-    return True
+    if axis < lead or scale.shape[axis - lead] != data.shape[axis]:
+        return False
+    return all(d == 1 for i, d in enumerate(scale.shape) if lead + i != axis)
+
+
+def _squeezed(scale, scale_type: TensorType, data_type: TensorType, axis: int):
+    """The per-channel values of ``scale`` as a 1-d tensor of the channels, in Relay's form:
+    ``squeeze(scale, axis=[its other axes])`` (the scale itself when it has none), and for a
+    scalar ``repeat(expand_dims(scale, axis=0), repeats=C, axis=0)``."""
+    if scale_type.ndim == 0:
+        one = _op("expand_dims", scale, axis=0, num_newaxis=1)
+        return _op("repeat", one, repeats=int(data_type.shape[axis]), axis=0)
+    lead = data_type.ndim - scale_type.ndim
+    drop = tuple(i for i in range(scale_type.ndim) if lead + i != axis)
+    return _op("squeeze", scale, axis=drop) if drop else scale
+
+
+def _expand_to(scale, rank: int, index: int):
+    """A 1-d per-channel ``scale`` laid along axis ``index`` of a tensor of rank ``rank`` (to
+    multiply a weight or a broadcast operand), as Relay's ``ExpandBiasToMatchAxis`` writes it:
+    ``expand_dims(scale, axis=1, num_newaxis=rank - index - 1)``, or the scale itself when the
+    axis is the last one."""
+    n = rank - index - 1
+    return _op("expand_dims", scale, axis=1, num_newaxis=n) if n > 0 else scale
 
 
 def _constant_value(expr) -> Optional[np.ndarray]:
@@ -147,14 +176,6 @@ def _unsplit_index(layout: str, axis: str) -> Optional[int]:
     if axis not in lay or lay.factor_of(axis) is not None:
         return None
     return lay.index_of(axis)
-
-
-def _along(scale, rank: int, index: int):
-    """``scale``'s values as a tensor of rank ``rank`` varying along ``index`` (to multiply a
-    weight): ``reshape(scale, [1, ..., -1, ..., 1])``."""
-    shape = [1] * rank
-    shape[index] = -1
-    return _op("reshape", scale, newshape=tuple(shape))
 
 
 def _weight_axis(call, kind: str) -> Optional[int]:
@@ -303,7 +324,7 @@ class _Backward:
                 if inner[1] and not _known(s, _POSITIVE):
                     continue
                 self.roots[node] = x
-                self._claim(x, [s])
+                self._claim(x, [(s, t, inner[0])])
                 break
         if not self.roots:
             return self.func
@@ -323,8 +344,8 @@ class _Backward:
                     if _same_shape(_tensor(a), t):
                         stack.append((a, scale))
             elif name == "multiply":
-                i = self.absorbs[node][2]
-                stack.append((node.args[i], scale + [node.args[1 - i]]))
+                axis, _positive, i = self.absorbs[node]
+                stack.append((node.args[i], scale + [(node.args[1 - i], t, axis)]))
 
 
 class _BackwardRewriter(FusedAwareMutator):
@@ -334,7 +355,8 @@ class _BackwardRewriter(FusedAwareMutator):
 
 
     def _scale(self, factors):
-        return _product([self.visit(f) for f in factors])
+        """The product of the scales, each as a 1-d tensor of the channels."""
+        return _product([_squeezed(self.visit(f), _tensor(f), t, axis) for f, t, axis in factors])
 
     def visit_call(self, call):
         plan = self.plan
@@ -349,15 +371,17 @@ class _BackwardRewriter(FusedAwareMutator):
         if name in ("nn.conv2d", "nn.dense"):
             axis = _weight_axis(call, "out")
             w = new.args[1]
-            scaled = _op("multiply", w, _along(self._scale(factors), _tensor(call.args[1]).ndim, axis))
+            scaled = _op("multiply", w, _expand_to(self._scale(factors), _tensor(call.args[1]).ndim, axis))
             return Call(new.op, (new.args[0], scaled), new.attrs).with_span(call.span)
         if name in ("nn.relu", "nn.leaky_relu"):
             return new
         if name == "nn.bias_add":
-            bias = _op("multiply", new.args[1], _op("reshape", self._scale(factors), newshape=(-1,)))
+            bias = _op("multiply", new.args[1], self._scale(factors))
             return Call(new.op, (new.args[0], bias), new.attrs).with_span(call.span)
         if name in ("add", "subtract"):
-            args = [n if _same_shape(_tensor(a), t) else _op("multiply", n, self._scale(factors))
+            axis = plan.absorbs[call][0]
+            args = [n if _same_shape(_tensor(a), t)
+                    else _op("multiply", n, _expand_to(self._scale(factors), t.ndim, axis))
                     for a, n in zip(call.args, new.args)]
             return Call(new.op, tuple(args), new.attrs).with_span(call.span)
         if name == "multiply":
@@ -381,7 +405,8 @@ def BackwardFoldScaleAxis(mod, ctx):
 
 
 class _Scaled:
-    """A value ``base * scale`` whose multiplication is still pending (scale along ``axis``)."""
+    """A value ``base * scale`` whose multiplication is still pending (``scale`` is a 1-d tensor of
+    the channels, along ``axis``)."""
 
     __slots__ = ("base", "scale", "axis")
 
@@ -446,9 +471,13 @@ class _Forward(FusedAwareMutator):
 
     # ---- rewriting --------------------------------------------------------------------------
 
-    def _pending(self, node, base, scale, axis):
+    def _pending(self, node, base, scale, axis, value=None):
+        """Record ``node`` as ``base`` scaled along ``axis``; give back its value for a reader that
+        does not take it scaled after all (``value`` when the caller has it)."""
         self.scaled[node] = _Scaled(base, scale, axis)
-        return _op("multiply", base, scale)       # the value itself, for any other reader
+        if value is None:
+            value = _op("multiply", base, _expand_to(scale, _tensor(node).ndim, axis))
+        return value
 
     def visit_call(self, call):
         new = super().visit_call(call)
@@ -463,11 +492,11 @@ class _Forward(FusedAwareMutator):
                 if not (_same_shape(_tensor(x), t) and _scales_axis(_tensor(s), t, want[0])
                         and _known(s, want[1])):
                     continue
+                scale = _squeezed(new.args[1 - i], _tensor(s), t, want[0])
                 inner = self.scaled.get(x)
                 if inner is not None and inner.axis == want[0]:
-                    return self._pending(call, inner.base, _op("multiply", inner.scale, new.args[1 - i]),
-                                         want[0])
-                return self._pending(call, new.args[i], new.args[1 - i], want[0])
+                    return self._pending(call, inner.base, _op("multiply", inner.scale, scale), want[0], new)
+                return self._pending(call, new.args[i], scale, want[0], new)
         pending = [self.scaled.get(a) for a in call.args]
         if not any(p is not None for p in pending):
             return new
@@ -475,7 +504,7 @@ class _Forward(FusedAwareMutator):
         if name in ("nn.conv2d", "nn.dense") and first is not None:
             axis = _weight_axis(call, "in")
             if axis is not None and first.axis == _channel_axis(call, "in"):
-                w = _op("multiply", new.args[1], _along(first.scale, _tensor(call.args[1]).ndim, axis))
+                w = _op("multiply", new.args[1], _expand_to(first.scale, _tensor(call.args[1]).ndim, axis))
                 return Call(new.op, (first.base, w), new.attrs).with_span(call.span)
             return new
         if want is None:
@@ -488,7 +517,7 @@ class _Forward(FusedAwareMutator):
             if pending[1 - i] is not None:
                 return new
             if name != "multiply":
-                other = _op("divide", other, p.scale)
+                other = _op("divide", other, _expand_to(p.scale, t.ndim, p.axis))
             args = (p.base, other) if i == 0 else (other, p.base)
             return self._pending(call, Call(new.op, args, new.attrs), p.scale, p.axis)
         return new

@@ -35,12 +35,14 @@ in. A recursive call is unfolded when
   "fuel"; a loop with a static count and a dynamic early exit unrolls into nested ``if``),
 
 and in both cases only while fewer than ``max_unroll`` activations of that function are active.
-Otherwise the call is *residualized*: the arguments are compared with the previous activation's,
-whatever differs becomes a parameter, and the call goes to a **specialization** of the function
-for what stayed the same: a residual function, let-bound (and recursive), memoized by the
-function and that static part, so the specialization's own recursive calls reach it. A global
-called with nothing static gets the global itself (which this pass also evaluates, with every
-parameter dynamic), and a recursive function called with nothing static is called, not unfolded.
+Otherwise the call is *residualized*. A global function is called as the global itself, with
+every argument made residual (which this pass also evaluates, with every parameter dynamic): as
+in Relay, a global recursive function stays global. For a local function (a closure), the
+arguments are compared with the previous activation's, whatever differs becomes a parameter, and
+the call goes to a **specialization** of the function for what stayed the same: a residual
+function, let-bound (and recursive), memoized by the function and that static part, so the
+specialization's own recursive calls reach it. A recursive function called with nothing static
+is called, not unfolded.
 A static closure that residual code needs becomes a residual function the same way.
 
 **Output.** Residual code is in A-normal form: every operator call, tuple, projection and call is
@@ -1071,6 +1073,13 @@ class _PartialEvaluator:
         top = frames[-1]
         if len(frames) < self.max_unroll and (top.scope is self.stack[-1] or _progress(top.args, args)):
             self._unfold(fn, parent_frame, args, subst)
+            return
+        if type(callee) is SGlobal:
+            # as in Relay: a global recursion that is not unfolded further calls the global itself,
+            # every argument made residual (static parts become constants, tuples, functions...);
+            # the global stays a global, evaluated by this pass on its own, and does not turn into
+            # a local recursive let specialized to the static part
+            self._emit_call_of(callee.gv, None, list(args), effect=True)
             return
         skeleton, leaves = _generalize(top.args, args)
         self._residual_call(callee, fn, skeleton, leaves, subst)

@@ -123,7 +123,7 @@ def test_attribute_defaults_are_relays():
     ("repeat", {"repeats": 0}, "repeat: repeats must be at least 1, got 0"),
     ("expand_dims", {"num_newaxis": -1}, "expand_dims: num_newaxis must be at least 0"),
     ("one_hot", {"depth": 0}, "one_hot: depth must be at least 1"),
-    ("shape_of", {"dtype": "float32"}, "shape_of: dtype must be an integer dtype, got float32"),
+    ("shape_of", {"dtype": "float31"}, "shape_of: dtype: unknown dtype 'float31'"),
     ("layout_transform", {"src_layout": "NCHW", "dst_layout": "OIHW"},
      "layout_transform: src_layout NCHW and dst_layout OIHW have different axes"),
     ("layout_transform", {"src_layout": "NCHW4", "dst_layout": "NCHW"},

@@ -225,6 +225,53 @@ def @main(%x: int32) {
     assert run(after, np.int32(3)) == 10
 
 
+def test_inline_once_does_not_move_a_value_into_a_closure():
+    # Relay counts a use from inside a nested function as two uses: the closure below runs twice,
+    # so moving %a into it would compute the exp twice. %b, bound and used in the closure's own
+    # body, and %c, used once in a branch of the same function, still move.
+    before = rb.parse(H + """
+def @main(%x: float32, %p: bool) {
+  let %a = exp(%x);
+  let %f = fn (%y: float32) -> float32 {
+    let %b = multiply(%y, 2f);
+    add(%a, %b)
+  };
+  let %c = negative(%x);
+  if (%p) { %f(%f(%c)) } else { %x }
+}""")
+    expected = rb.parse(H + """
+def @main(%x: float32, %p: bool) {
+  let %a = exp(%x);
+  let %f = fn (%y: float32) -> float32 {
+    add(%a, multiply(%y, 2f))
+  };
+  if (%p) { %f(%f(negative(%x))) } else { %x }
+}""")
+    after = dce(before, inline_once=True)
+    assert_structural_equal(after, expected, map_free_vars=True)
+    x = np.float32(0.5)
+    # exp(0.5) + 2 * (exp(0.5) + 2 * -0.5), by hand
+    want = np.exp(x) + 2 * (np.exp(x) + 2 * -x)
+    np.testing.assert_allclose(run(after, x, np.bool_(True)), want, rtol=1e-6)
+    np.testing.assert_allclose(run(before, x, np.bool_(True)), want, rtol=1e-6)
+
+
+def test_inline_once_does_not_move_a_value_into_a_closure_used_once():
+    # Even a closure called once is not looked into (Relay does not count calls of local
+    # functions); the value used in it stays bound outside, and is still not dead.
+    check("""
+def @main(%x: float32) {
+  let %a = exp(%x);
+  let %f = fn () -> float32 { %a };
+  %f()
+}""", """
+def @main(%x: float32) {
+  let %a = exp(%x);
+  %0 = fn () -> float32 { %a };
+  %0()
+}""", inline_once=True)
+
+
 # ---- purity --------------------------------------------------------------------------------------
 
 def test_purity_analysis():

@@ -337,3 +337,80 @@ def test_100k_op_chain_with_duplicates():
     after = cse(rb.IRModule.from_expr(rb.Function([x], op.add(y, one))))
     expected = rb.IRModule.from_expr(rb.Function([x], op.add(e, one)))
     assert_structural_equal(after, expected, map_free_vars=True)
+
+
+# ---- fskip (Relay's EliminateCommonSubexpr(fskip=None)) --------------------------------------------
+
+SKIP_TEXT = """
+def @main(%x: Tensor[(4), float32]) {
+  %0 = add(%x, 1f);
+  %1 = add(%x, 1f);
+  %2 = nn.relu(%x);
+  %3 = nn.relu(%x);
+  (multiply(%0, %2), multiply(%1, %3))
+}"""
+
+
+def _skip_add(call):
+    return call.op.name == "add"
+
+
+def test_fskip_exempts_the_calls_it_holds_for():
+    # the adds stay two calls; the relus merge; the multiplies then differ in their first argument
+    expected = """
+def @main(%x: Tensor[(4), float32]) {
+  %0 = add(%x, 1f);
+  %1 = add(%x, 1f);
+  %2 = nn.relu(%x);
+  (multiply(%0, %2), multiply(%1, %2))
+}"""
+    for p in (rb.passes.EliminateCommonSubexpr(fskip=_skip_add), rb.passes.EliminateCommonSubexpr(_skip_add)):
+        after = p(rb.parse(H + SKIP_TEXT))
+        assert_structural_equal(after, rb.parse(H + expected), map_free_vars=True)
+    # without fskip everything merges
+    assert op_histogram(cse(rb.parse(H + SKIP_TEXT))) == {"add": 1, "nn.relu": 1, "multiply": 1}
+
+
+def test_fskip_sees_the_call_and_applies_in_let_form():
+    seen = []
+
+    def fskip(call):
+        seen.append(call.op.name)
+        return call.op.name == "exp"
+
+    before = rb.parse(H + """
+def @main(%x: float32) {
+  let %a = exp(%x);
+  let %b = exp(%x);
+  let %c = negative(%x);
+  let %d = negative(%x);
+  (%a, %b, %c, %d)
+}""")
+    after = rb.passes.EliminateCommonSubexpr(fskip)(before)
+    expected = rb.parse(H + """
+def @main(%x: float32) {
+  let %a = exp(%x);
+  let %b = exp(%x);
+  let %c = negative(%x);
+  (%a, %b, %c, %c)
+}""")
+    assert_structural_equal(after, expected, map_free_vars=True)
+    assert set(seen) == {"exp", "negative"}
+    out = run(after, np.float32(0.5))
+    np.testing.assert_allclose([float(v) for v in out], [np.exp(0.5), np.exp(0.5), -0.5, -0.5], rtol=1e-6)
+
+
+def test_fskip_must_be_a_predicate():
+    import pytest
+    with pytest.raises(TypeError, match="fskip"):
+        rb.passes.EliminateCommonSubexpr(fskip=3)(rb.parse(H + SKIP_TEXT))
+
+
+def test_dropout_calls_are_not_merged():
+    # Relay marks nn.dropout stateful: two dropouts are two random masks at training time
+    unchanged("""
+def @main(%x: Tensor[(4), float32]) {
+  %0 = nn.dropout(%x);
+  %1 = nn.dropout(%x);
+  add(%0.0, %1.0)
+}""")

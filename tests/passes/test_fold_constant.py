@@ -99,6 +99,20 @@ def test_zero_argument_calls_are_not_folded():
     assert fold(before) is before
 
 
+def test_dropout_is_not_folded_even_on_a_constant():
+    # Relay marks nn.dropout stateful and leaves it to SimplifyInference; its arithmetic around
+    # it still folds.
+    before = rb.parse(H + 'def @main() { %0 = nn.dropout(add(1f, 2f), rate=0.25f); multiply(%0.0, 2f) }')
+    after = fold(before)
+    expected = rb.parse(H + 'def @main() { %0 = nn.dropout(3f, rate=0.25f); multiply(%0.0, 2f) }')
+    assert_structural_equal(after, expected, map_free_vars=True)
+    # SimplifyInference then removes it, and folding finishes the job: 3 * 2, by hand.
+    with rb.PassContext(opt_level=3):
+        done = fold(rb.passes.SimplifyInference()(after))
+    body = done["main"].body
+    assert isinstance(body, rb.Constant) and float(body.data) == 6.0
+
+
 def test_call_with_a_variable_is_not_folded_and_module_is_returned_unchanged():
     before = rb.parse(H + "def @main(%x: float32) { add(multiply(%x, 2f), 1f) }")
     assert fold(before) is before

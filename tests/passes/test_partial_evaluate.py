@@ -358,9 +358,11 @@ def @main(%n: int32, %x: float32, %w: float32) -> float32 {
         check_same_outputs(before, after, np.int32(n), np.float32(1.0), np.float32(3.0))
 
 
-def test_map_over_a_dynamic_list_is_specialized_for_its_static_function():
-    """The recursion is dynamic, the function argument is the same static closure each time: the
-    call goes to a residual copy of @map with that closure inlined (a memoized specialization)."""
+def test_map_over_a_dynamic_list_calls_the_global_map_with_the_closure():
+    """The recursion is dynamic and the function argument is the same static closure each time:
+    as in Relay, the global @map is not copied into a local recursive let specialized to the
+    closure; one step is unfolded and the recursive call goes to @map itself, the closure made
+    residual (let-bound) and passed."""
     before = rb.parse(H + LIST + """
 def @main(%xs: List[float32], %w: float32) -> List[float32] {
   @map(fn (%v: float32) -> float32 { multiply(%v, %w) }, %xs)
@@ -368,21 +370,14 @@ def @main(%xs: List[float32], %w: float32) -> List[float32] {
     after = pe(before)
     main_equal(after, LIST + """
 def @main(%xs: List[float32], %w: float32) -> List[float32] {
-  let %map = fn (%ys: List[float32]) -> List[float32] {
-    match (%ys) {
-      Cons(%y, %rest) => {
-        let %m = multiply(%y, %w);
-        let %r = %map(%rest);
-        Cons(%m, %r)
-      },
-      Nil => Nil,
-    }
+  let %f = fn (%v: float32) -> float32 {
+    multiply(%v, %w)
   };
   match (%xs) {
-    Cons(%y1, %rest1) => {
-      let %m1 = multiply(%y1, %w);
-      let %r1 = %map(%rest1);
-      Cons(%m1, %r1)
+    Cons(%y, %rest) => {
+      let %m = multiply(%y, %w);
+      let %r = @map(%f, %rest);
+      Cons(%m, %r)
     },
     Nil => Nil,
   }
@@ -393,6 +388,33 @@ def @main(%xs: List[float32], %w: float32) -> List[float32] {
         want = [float(v) for v in from_list(run(before, xs, np.float32(3)))]
         assert [float(v) for v in from_list(run(after, xs, np.float32(3)))] == want == [3.0 * i for i in range(n)]
     assert cons and nil
+
+
+def test_global_recursive_function_stays_global():
+    """@f is called with a dynamic %x and a static step 2: one step is unfolded, and the recursive
+    call that is not unfolded calls the global @f with the static step as a constant (as Relay's
+    partial evaluator does), rather than a local recursive let specialized to step 2."""
+    funcs = """
+def @f(%x: int32, %k: int32) -> int32 {
+  if (less(%x, 0)) { %x } else { @f(subtract(%x, %k), %k) }
+}
+"""
+    before = rb.parse(H + funcs + "def @main(%x: int32) -> int32 { @f(%x, 2) }")
+    after = pe(before)
+    main_equal(after, funcs + """
+def @main(%x: int32) -> int32 {
+  let %c = less(%x, 0);
+  if (%c) {
+    %x
+  } else {
+    let %y = subtract(%x, 2);
+    @f(%y, 2)
+  }
+}""")
+    assert sorted(gv.name_hint for gv in after.functions) == ["f", "main"]
+    # the first negative value reached from x in steps of 2, by hand
+    for x, want in ((-3, -3), (0, -2), (5, -1), (6, -2)):
+        assert int(run(after, np.int32(x))) == want == int(run(before, np.int32(x)))
 
 
 def test_closure_built_by_polymorphic_functions_escapes_with_concrete_types():

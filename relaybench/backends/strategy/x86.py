@@ -34,7 +34,9 @@ Rules, by the group's anchor (the call with the highest pattern kind):
     parallel loop.
 
 Every stage that is not an output and not a reduction is inlined into its readers, except a
-convolution's padding.
+convolution's padding and, in groups without a convolution, a stage that would copy more than
+:data:`INLINE_BUDGET` expression nodes into its readers (one read at many points, as a cubic
+resize reads 16, by a reader that is itself inlined the same way): it gets a buffer of its own.
 
 The tiled rules compute the anchor inside its epilogue's loops (``compute_at``), which needs the
 region each tile reads to be inferable. When it is not (an epilogue reading the anchor through
