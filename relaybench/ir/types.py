@@ -222,6 +222,47 @@ class RefType(Type):
     value: Type
 
 
+def convert_values(values, dtype: str):
+    """``values`` (a numpy array or scalar) converted to ``dtype`` as ``cast`` defines it.
+
+    numpy's ``astype`` except for floats to integers, where numpy leaves a value out of range to
+    the machine (and its answer then differs between its scalar and vector loops). Here the
+    fraction is dropped and the value taken as x86's conversion instructions take it: out of the
+    range of the 32-bit conversion (64-bit for int64 and uint32), NaN and infinities included,
+    it is that width's smallest integer; 8- and 16-bit results are the low bits of the 32-bit
+    conversion, uint32 those of the 64-bit one; uint64 converts values from 2**63 up offset by
+    2**63. In range this is plain truncation toward zero.
+
+    >>> import numpy as np
+    >>> convert_values(np.array([-1.0, 300.0, 2.5, np.nan]), "uint8").tolist()
+    [255, 44, 2, 0]
+    >>> convert_values(np.array([1e10, -7.9]), "int32").tolist()
+    [-2147483648, -7]
+    """
+    import numpy as np
+
+    array = np.asarray(values)
+    if array.dtype.kind != "f" or np.dtype(dtype).kind not in "iu":
+        return array.astype(dtype)
+    x = array.astype(np.float64)
+    bits = np.dtype(dtype).itemsize * 8
+
+    def signed(v, width):
+        inside = (v >= -2.0 ** (width - 1)) & (v < 2.0 ** (width - 1))
+        whole = np.trunc(np.where(inside, v, 0.0)).astype(np.int64)
+        return np.where(inside, whole, np.int64(-(1 << (width - 1))))
+
+    with np.errstate(invalid="ignore"):
+        if dtype == "uint64":
+            high = x >= 2.0 ** 63
+            low = signed(np.where(high, 0.0, x), 64).view(np.uint64)
+            top = (signed(np.where(high, x - 2.0 ** 63, 0.0), 64).view(np.uint64)
+                   ^ np.uint64(1 << 63))
+            return np.where(high, top, low).astype(np.uint64).reshape(array.shape)
+        wide = 64 if bits == 64 or dtype == "uint32" else 32
+        return signed(x, wide).astype(dtype).reshape(array.shape)
+
+
 def scalar_type(dtype: str) -> TensorType:
     """The rank-0 tensor type of a dtype, printed as the bare dtype (``float32``)."""
     return TensorType((), dtype)

@@ -32,7 +32,7 @@ import math
 
 import numpy as np
 
-from ..ir.types import DTYPES, TensorType, check_dtype
+from ..ir.types import DTYPES, TensorType, check_dtype, convert_values
 from ..passes._layout_rules import broadcast_layout, elemwise_layout
 from ._rel import broadcast_shape, fail, known, relation, tensor
 from . import _compute as C
@@ -391,10 +391,11 @@ def _cast_rel(types, attrs):
 
 cast = register(OpDef(
     "cast", ("data",), _cast_rel, OpPattern.ELEMWISE, attrs={"dtype": None},
-    normalize=_normalize_cast, reference=lambda x, attrs: np.asarray(x).astype(attrs.dtype),
+    normalize=_normalize_cast, reference=lambda x, attrs: convert_values(x, attrs.dtype),
     compute=C.cast_compute, layout=elemwise_layout,
-    doc="Convert to ``dtype``; floats become integers by truncation toward zero, and any nonzero "
-        "value becomes True."))
+    doc="Convert to ``dtype``; floats become integers by truncation toward zero (out of range "
+        "as x86 converts: see ``relaybench.ir.types.convert_values``), and any nonzero value "
+        "becomes True."))
 
 
 @relation("CastLikeRel")
@@ -409,7 +410,7 @@ def _cast_like_rel(types, attrs):
 
 cast_like = register(OpDef(
     "cast_like", ("data", "dtype_like"), _cast_like_rel, OpPattern.ELEMWISE,
-    reference=lambda x, like, attrs: np.asarray(x).astype(like.dtype), compute=C.cast_compute,
+    reference=lambda x, like, attrs: convert_values(x, like.dtype), compute=C.cast_compute,
     doc="Convert ``data`` to the dtype of ``dtype_like`` (whose values are not read)."))
 
 

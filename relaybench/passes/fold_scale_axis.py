@@ -352,11 +352,19 @@ class _BackwardRewriter(FusedAwareMutator):
     def __init__(self, plan: _Backward):
         super().__init__()
         self.plan = plan
+        self.scales: dict = {}       # id of a chain's factor list -> their product, built once
 
 
     def _scale(self, factors):
-        """The product of the scales, each as a 1-d tensor of the channels."""
-        return _product([_squeezed(self.visit(f), _tensor(f), t, axis) for f, t, axis in factors])
+        """The product of the scales, each as a 1-d tensor of the channels; made once per chain,
+        so every weight and operand the chain scales shares it (as in Relay, where the one scale
+        expression is handed down the chain)."""
+        key = id(factors)            # one list per chain, kept alive by the plan
+        out = self.scales.get(key)
+        if out is None:
+            out = self.scales[key] = _product([_squeezed(self.visit(f), _tensor(f), t, axis)
+                                               for f, t, axis in factors])
+        return out
 
     def visit_call(self, call):
         plan = self.plan

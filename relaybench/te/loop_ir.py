@@ -932,10 +932,13 @@ class _Evaluator:
 
 
 def _as_dtype(value, dtype: str):
-    if dtype == "int64":
-        return int(value)
     if dtype == "bool":
         return bool(value)
+    if isinstance(value, (float, np.floating)) and dtype.startswith(("int", "uint")):
+        from relaybench.ir.types import convert_values
+        value = convert_values(np.float64(value), dtype)
+    if dtype == "int64":
+        return int(value)
     return np.dtype(dtype).type(value)
 
 

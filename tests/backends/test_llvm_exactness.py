@@ -288,3 +288,30 @@ def test_loop_ir_min_max_are_numpys_in_the_evaluator_and_compiled():
     for result in (got, evaluated):
         assert same_bits(result[0], np.maximum(a_values, b_values))
         assert same_bits(result[1], np.minimum(a_values, b_values))
+
+
+_CAST_VALUES = np.array([-1.0, -2.5, 300.0, 70000.0, 1e10, -3e9, 3e9, np.nan, np.inf, -np.inf,
+                         2.0 ** 63, 1.5 * 2 ** 63, 1e20, -1e20, 0.5, -0.5, 255.9, 127.5, -128.9,
+                         65535.0, 2.0 ** 31, -2.0 ** 31, 2.0 ** 32])
+
+
+@pytest.mark.parametrize("source", ["float32", "float64"])
+@pytest.mark.parametrize("target", ["int8", "int16", "int32", "int64",
+                                    "uint8", "uint16", "uint32", "uint64"])
+def test_float_to_int_casts_out_of_range_as_x86_converts(source, target):
+    """Out-of-range conversions (undefined in LLVM, left to the machine by numpy) are defined
+    as x86's conversion instructions give them; numpy converting one element at a time runs
+    exactly those instructions, so it is the independent check. Vector and scalar code."""
+    import warnings
+    import relaybench as rb
+    for n in (len(_CAST_VALUES), 48):
+        values = np.resize(_CAST_VALUES, n).astype(source)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            expected = np.array([np.array([v]).astype(target)[0] for v in values], target)
+        mod = rb.parse(f'#[version = "0.0.5"]\ndef @main(%x: Tensor[({n}), {source}]) '
+                       f'{{ cast(%x, dtype="{target}") }}')
+        reference = np.asarray(rb.create_executor("interpreter", mod=mod).evaluate()(values))
+        np.testing.assert_array_equal(reference, expected)
+        for level in (0, 3):
+            np.testing.assert_array_equal(rb.build(mod, opt_level=level).run(x=values), expected)

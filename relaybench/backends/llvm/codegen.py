@@ -804,7 +804,7 @@ class _FunctionBuilder:
             width = np.dtype(source).itemsize, np.dtype(target).itemsize
             return b.fpext(x, to) if width[1] > width[0] else b.fptrunc(x, to)
         if _is_float(source):
-            return b.fptoui(x, to) if _is_unsigned(target) else b.fptosi(x, to)
+            return self._float_to_int(x, target)
         if _is_float(target):
             return b.uitofp(x, to) if _is_unsigned(source) else b.sitofp(x, to)
         width, source_width = _element_type(to).width, _element_type(x.type).width
@@ -813,6 +813,43 @@ class _FunctionBuilder:
         if width < source_width:
             return b.trunc(x, to)
         return b.zext(x, to) if _is_unsigned(source) else b.sext(x, to)
+
+    def _float_to_int(self, x, target: str):
+        """A float converted to the integer ``target`` as numpy converts on x86, where LLVM's
+        ``fptosi``/``fptoui`` leave a value out of range undefined: the fraction dropped, then
+        a value outside the range of the 32- or 64-bit conversion (NaN too) becomes the
+        smallest integer of that width; 8- and 16-bit results are the low bits of the 32-bit
+        conversion, ``uint32`` those of the 64-bit one (so -1.0 is 255 as uint8, 300.0 is 44 as
+        int8); ``uint64`` converts values from 2**63 up offset by 2**63."""
+        ir, b = self.ir, self.b
+        bits = np.dtype(target).itemsize * 8
+        wide = 64 if bits == 64 or target == "uint32" else 32
+
+        def typed(element):  # a vector type in vector code
+            lanes = _lanes(x)
+            return element if lanes is None else ir.VectorType(element, lanes)
+
+        def const(value, of_type):
+            c = ir.Constant(of_type, value)
+            lanes = _lanes(x)
+            return c if lanes is None else self.splat(c, lanes)
+
+        def signed(value, width):
+            as_type = ir.IntType(width)
+            lo, hi = const(-2.0 ** (width - 1), _element_type(x.type)), \
+                const(2.0 ** (width - 1), _element_type(x.type))
+            inside = b.and_(b.fcmp_ordered(">=", value, lo), b.fcmp_ordered("<", value, hi))
+            zero = const(0.0, _element_type(x.type))
+            whole = b.fptosi(b.select(inside, value, zero), typed(as_type))
+            return b.select(inside, whole, const(-(1 << (width - 1)), as_type))
+
+        if target == "uint64":
+            top = const(2.0 ** 63, _element_type(x.type))
+            high = b.fcmp_ordered(">=", x, top)
+            shifted = b.xor(signed(b.fsub(x, top), 64), const(-(1 << 63), ir.IntType(64)))
+            return b.select(high, shifted, signed(x, 64))
+        result = signed(x, wide)
+        return result if bits == wide else b.trunc(result, typed(ir.IntType(bits)))
 
     def _pointer(self, buffer):
         pointer = self.pointers.get(buffer)
