@@ -753,7 +753,9 @@ class _Parser:
             value = float(digits + (frac or "") + (exp or ""))
             if negative:
                 value = -value
-            if abs(value) > float(np.finfo(dtype).max):  # Relay refuses it; numpy would give inf
+            with np.errstate(over="ignore"):  # Relay refuses it; numpy would give inf
+                overflows = bool(np.isinf(np.array(value).astype(dtype)))  # digits are finite
+            if overflows:  # (a value that rounds to the largest one, as printed, is kept)
                 raise self.error(f"literal {sign}{text} does not fit in {dtype} (its largest value "
                                  f"is {float(np.finfo(dtype).max):.6g})", offset)
         else:

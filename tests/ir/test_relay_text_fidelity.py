@@ -366,3 +366,17 @@ def test_func_types_compare_up_to_renaming_of_type_params():
     f = parse_expr("fn [T](%x: T) -> T { %x }")
     tp = f.type_params[0]
     assert FuncType([tp], tp, [tp]) == FuncType([a], a, [a])
+
+
+def test_the_largest_float_as_printed_reads_back():
+    """The printer writes float32's largest value with 8 digits, a hair above it in float64; it
+    rounds to the largest value, so it is no overflow."""
+    import numpy as np
+    import relaybench as rb
+    big = np.float32(np.finfo(np.float32).max)
+    x = rb.var("x", shape=(2,), dtype="float32")
+    mod = rb.IRModule.from_expr(rb.Function([x], rb.op.multiply(x, rb.const(big))))
+    text = mod.astext()
+    assert "3.4028235e+38f" in text
+    back = rb.parse(text)
+    rb.ir.assert_structural_equal(back, mod)
