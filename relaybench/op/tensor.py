@@ -70,20 +70,6 @@ def require(t, what: str, kind) -> TensorType:
     return t
 
 
-def _only(kind, func):
-    """``func`` for arrays of the dtypes of ``kind``; any other dtype is refused with the reason
-    (the relation accepted it, as Relay's does, but there is no kernel for it)."""
-    allowed, words = kind
-
-    def checked(*arrays):
-        for a in arrays:
-            if a.dtype.name not in allowed:
-                raise ValueError(f"no kernel for {a.dtype.name} tensors (it needs {words}tensor)")
-        return func(*arrays)
-    checked.__name__ = getattr(func, "__name__", "reference")
-    return checked
-
-
 def _quiet(func):
     """A numpy reference ``func(*arrays)`` as an op reference ``(*arrays, attrs)``.
 
@@ -139,11 +125,11 @@ broadcast_comp_rel = _broadcast_relation(ANY_DTYPE, "BroadcastCompRel", "bool")
 identity_rel = _unary_relation(ANY_DTYPE)
 _arith_rel = _broadcast_relation(NUMERIC)
 # Relay registers the shifts with BroadcastRel and the math functions (exp, log, sqrt, ...) with
-# IdentityRel, neither of which looks at the dtype: ``log(%x: int32)`` and ``left_shift`` of floats
-# type-check. Only their kernels are limited (to integers, to floating point), and the references
-# refuse the same dtypes the kernels do (:func:`_only`), so every executor reports the same error.
-_shift_rel = broadcast_rel
-_math_unary_rel = identity_rel
+# IdentityRel, neither of which looks at the dtype, so ``log(%x: int32)`` type-checks there and
+# fails only when compiled. Here a relation accepts what some executor can run: the shifts take
+# integers, the math functions floating point.
+_shift_rel = _broadcast_relation(INTEGER)
+_math_unary_rel = _unary_relation(FLOAT)
 _logical_rel = _broadcast_relation(BOOL)
 _numeric_unary_rel = _unary_relation(NUMERIC)
 _bool_unary_rel = _unary_relation(BOOL)
@@ -208,12 +194,10 @@ power = _binary("power", _power, "Elementwise ``lhs ** rhs``; for integers a neg
                                  "gives the truncated ``1 / lhs**|rhs|``.")
 maximum = _binary("maximum", np.maximum, "Elementwise maximum with numpy broadcasting.", broadcast_rel)
 minimum = _binary("minimum", np.minimum, "Elementwise minimum with numpy broadcasting.", broadcast_rel)
-left_shift = _binary("left_shift", _only(INTEGER, np.left_shift),
-                     "Elementwise ``lhs << rhs`` of integers (any dtype type-checks, as in "
-                     "Relay; only integers run).", _shift_rel)
-right_shift = _binary("right_shift", _only(INTEGER, np.right_shift),
-                      "Elementwise ``lhs >> rhs`` of integers (arithmetic for signed ones; any "
-                      "dtype type-checks, as in Relay; only integers run).", _shift_rel)
+left_shift = _binary("left_shift", np.left_shift, "Elementwise ``lhs << rhs`` of integers.",
+                     _shift_rel)
+right_shift = _binary("right_shift", np.right_shift, "Elementwise ``lhs >> rhs`` of integers "
+                                                     "(arithmetic for signed ones).", _shift_rel)
 
 equal = _binary("equal", np.equal, "``lhs == rhs`` elementwise; a bool tensor.", broadcast_comp_rel)
 not_equal = _binary("not_equal", np.not_equal, "``lhs != rhs`` elementwise; a bool tensor.",
@@ -297,17 +281,14 @@ def _int_identity(func):
 
 negative = _unary("negative", np.negative, "Elementwise negation.", _numeric_unary_rel)
 abs = _unary("abs", np.absolute, "Elementwise absolute value.", _numeric_unary_rel)  # noqa: A001
-# The math functions type-check on any dtype (Relay's IdentityRel) and run on floating point.
-exp = _unary("exp", _only(FLOAT, np.exp), "Elementwise e**x.")
-log = _unary("log", _only(FLOAT, np.log), "Elementwise natural logarithm (``-inf`` at 0, nan below).")
-sqrt = _unary("sqrt", _only(FLOAT, np.sqrt), "Elementwise square root.")
-rsqrt = _unary("rsqrt", _only(FLOAT, lambda x: 1 / np.sqrt(x)), "Elementwise ``1 / sqrt(x)``.")
-sigmoid = _unary("sigmoid", _only(FLOAT, _sigmoid), "Elementwise logistic function "
-                                                    "``1 / (1 + exp(-x))``.")
-tanh = _unary("tanh", _only(FLOAT, np.tanh), "Elementwise hyperbolic tangent.")
-erf = _unary("erf", _only(FLOAT, _in_float64(_erf64)), "Elementwise Gauss error function (GELU's "
-                                                        "building block), accurate to float64 "
-                                                        "rounding.")
+exp = _unary("exp", np.exp, "Elementwise e**x.")
+log = _unary("log", np.log, "Elementwise natural logarithm (``-inf`` at 0, nan below).")
+sqrt = _unary("sqrt", np.sqrt, "Elementwise square root.")
+rsqrt = _unary("rsqrt", lambda x: 1 / np.sqrt(x), "Elementwise ``1 / sqrt(x)``.")
+sigmoid = _unary("sigmoid", _sigmoid, "Elementwise logistic function ``1 / (1 + exp(-x))``.")
+tanh = _unary("tanh", np.tanh, "Elementwise hyperbolic tangent.")
+erf = _unary("erf", _in_float64(_erf64), "Elementwise Gauss error function (GELU's building "
+                                         "block), accurate to float64 rounding.")
 round = _unary("round", _round_half_away, "Elementwise rounding to the nearest integer, halves "  # noqa: A001
                                           "away from zero; integers are kept.", _numeric_unary_rel)
 floor = _unary("floor", _int_identity(np.floor), "Elementwise floor; integers are kept.",

@@ -668,33 +668,6 @@ def test_shape_of_float_dtype_compiled():
     np.testing.assert_array_equal(out, np.array([2.5, 3.5], "float32"))
 
 
-@pytest.mark.parametrize("name", ["left_shift", "right_shift"])
-@pytest.mark.parametrize("dtype", ["int8", "uint32", "int64", "float32", "bool"])
-def test_shifts_type_check_as_broadcast_rel(name, dtype):
-    # Relay registers the shifts with BroadcastRel: any dtype, both the same, numpy broadcasting
-    y = getattr(op, name)(v("a", 4, 1, dtype=dtype), v("b", 3, dtype=dtype))
-    assert infer_expr(y) == T(4, 3, dtype=dtype)
-    with raises(f"{name}: operands have different dtypes: {dtype} and float64"):
-        infer_expr(getattr(op, name)(v("a", 2, dtype=dtype), v("b", 2, dtype="float64")))
-
-
-def test_shifts_run_on_integers_and_refuse_the_rest_clearly():
-    d = get_opdef("left_shift")
-    got = d.reference(np.array([1, 3, -2], "int8"), np.array([2, 1, 3], "int8"), d.make_attrs({}))
-    assert got.tolist() == [4, 6, -16] and got.dtype == np.int8
-    mod = rb.parse('#[version = "0.0.5"]\n'
-                   'def @main(%x: Tensor[(2), float32]) { left_shift(%x, %x) }')
-    with pytest.raises(rb.errors.ExecutionError, match="^left_shift .*no kernel for float32"):
-        rb.create_executor("interpreter", mod=mod).evaluate()(np.ones(2, "float32"))
-
-
-@pytest.mark.parametrize("name", ["exp", "log", "sqrt", "tanh"])
-def test_math_functions_keep_the_input_type_whatever_the_dtype(name):
-    # IdentityRel does not look at the dtype
-    for dtype in ("int32", "uint8", "float16"):
-        assert infer_expr(getattr(op, name)(v("x", n, 2, dtype=dtype))) == T(n, 2, dtype=dtype)
-
-
 @pytest.mark.parametrize("name", ["equal", "not_equal", "less", "less_equal", "greater", "greater_equal"])
 @pytest.mark.parametrize("dtype", ["int8", "float64", "bool"])
 def test_comparisons_give_bool_for_every_dtype(name, dtype):
