@@ -1023,11 +1023,17 @@ def _pool_attrs(g: _Grower, h: int, w: int, with_dilation: bool = True) -> dict:
     return attrs
 
 
+def _pool_input(g: "_Grower"):
+    """A layout (NCHW or NHWC) and a 4-d numeric tensor for a pooling op to read in it."""
+    layout = g.choice(["NCHW", "NHWC"])
+    x = g.tensor(lambda v: v.ndim == 4 and _num(v) and not v.layout, shape=_image_shape(g),
+                 dtype=g.choice(FLOATS + ("int32",)))
+    return layout, x
+
+
 def _gen_pool(name):
     def gen(g: _Grower):
-        layout = g.choice(["NCHW", "NHWC"])
-        x = g.tensor(lambda v: v.ndim == 4 and _num(v) and not v.layout, shape=_image_shape(g),
-                     dtype=g.choice(FLOATS + ("int32",)))
+        layout, x = _pool_input(g)
         _, _, h, w = _nchw(x, layout)
         attrs = _pool_attrs(g, h, w)
         attrs["layout"] = layout
@@ -1040,9 +1046,7 @@ def _gen_pool(name):
 
 def _gen_global_pool(name):
     def gen(g: _Grower):
-        layout = g.choice(["NCHW", "NHWC"])
-        x = g.tensor(lambda v: v.ndim == 4 and _num(v) and not v.layout, shape=_image_shape(g),
-                     dtype=g.choice(FLOATS + ("int32",)))
+        layout, x = _pool_input(g)
         exact = None if name == "nn.global_max_pool2d" else False
         return g.call(name, [x], {"layout": layout}, exact=exact)
     return gen
