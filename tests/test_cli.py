@@ -261,8 +261,8 @@ def test_reproduce_composability_writes_table_figure_and_data(capsys, tmp_path):
 
 def test_reproduce_unknown_target_and_model(capsys, tmp_path):
     argv = ["reproduce", "composability", "--out", str(tmp_path), "--models", "dqn"]
-    assert cli.main(argv + ["--targets", "opencl"]) == 1
-    assert "available targets: llvm" in capsys.readouterr().err
+    assert cli.main(argv + ["--targets", "cuda"]) == 1
+    assert "available targets: llvm, opencl" in capsys.readouterr().err
     assert cli.main(["reproduce", "composability", "--out", str(tmp_path),
                      "--models", "dqn,vgg61"]) == 1
     assert "unknown model 'vgg61'; did you mean vgg16" in capsys.readouterr().err

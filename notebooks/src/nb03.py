@@ -153,6 +153,53 @@ transforms = rb.ir.op_histogram(fused)["layout_transform"]
 len(convs), sorted({c.attrs.data_layout for c in convs}), transforms
 """)
 md("""
+## Your own layout policy
+
+Which layouts AlterOpLayout chooses is not written in the pass: it asks each operator's
+`FTVMAlterOpLayout` attribute, registered for the current target. The x86 policy above is the
+`llvm` target's registration for `nn.conv2d`, at level 0, the library's own level. A registration
+at a higher level overrides it, and `rb.op.attr_scope()` undoes every registration made inside it
+when the block ends, so an experiment leaves nothing behind. `rb.op.table()` shows what is
+registered beyond each operator's definition.
+
+The function receives what Relay's does (the call's attributes, its inputs, their types and the
+result's type) and returns a new call, a dict of attributes to change, or `None` to leave the call
+alone. Here every convolution goes to NHWC with the kernel in HWIO; the layout rules of the
+operators that follow carry the new layout through the bias and the ReLU.
+""")
+code("""
+block = rb.parse('''
+#[version = "0.0.5"]
+def @main(%x: Tensor[(1, 8, 6, 6), float32], %w: Tensor[(16, 8, 3, 3), float32], %b: Tensor[(16), float32]) {
+  %0 = nn.conv2d(%x, %w, padding=[1, 1, 1, 1], channels=16, kernel_size=[3, 3]);
+  %1 = nn.bias_add(%0, %b);
+  nn.relu(%1)
+}
+''')
+
+def to_nhwc(attrs, inputs, tinfos, out_type):
+    return op.nn.conv2d(*inputs, **dict(attrs, data_layout="NHWC", kernel_layout="HWIO"))
+
+with rb.op.attr_scope():
+    rb.op.register_alter_op_layout("nn.conv2d", to_nhwc, level=11)
+    print(rb.op.table(["nn.conv2d"]).rows[0]["registered"])
+    with PassContext(opt_level=3):
+        mine = rb.passes.AlterOpLayout()(block)
+    print(mine["main"].body.astext(show_types=False))
+""", check=True)
+md("""
+Outside the scope the x86 policy is back, and both programs compute what the original does:
+""")
+code("""
+with PassContext(opt_level=3):
+    x86 = rb.passes.AlterOpLayout()(block)
+print(x86["main"].body.astext(show_types=False))
+rng = np.random.default_rng(0)
+args = [rng.standard_normal([int(d) for d in p.type_annotation.shape]).astype("float32") for p in block["main"].params]
+run = lambda m: rb.create_executor("interpreter", mod=m).evaluate()(*args)
+print(np.allclose(run(mine), run(block), atol=1e-5), np.allclose(run(x86), run(block), atol=1e-5))
+""", check=True)
+md("""
 ## More of the paper's passes, on small programs
 
 **Common-subexpression elimination** merges equal computations; **dead-code elimination** drops

@@ -8,10 +8,16 @@ The steps, each timed in :attr:`GraphModule.compile_stats`:
    calls of ``Primitive`` functions (at opt_level 0 every operator is a group of its own);
 3. ``@main`` is read as a static dataflow graph (:func:`.graph_executor.extract_graph`);
 4. every *distinct* fused group is lowered to loop IR (:func:`.lowering.lower_primitive`) and
-   compiled (:func:`.llvm.build_kernel`) once: groups that are structurally equal
+   compiled (:func:`.llvm.build_kernel`, or :func:`.opencl.build_kernel` for an ``opencl``
+   target) once: groups that are structurally equal
    (:func:`~relaybench.ir.structural.structural_equal`, as ResNet's repeated blocks are) share a
    kernel. A group holding an operator that has no compute runs on the host through the
    reference interpreter (a *host kernel*, listed in ``GraphModule.host_groups``).
+
+The passes run with the target in the PassContext's ``config["relay.target"]``, so that
+AlterOpLayout and Legalize apply the target's own policies: ``llvm`` blocks convolutions into
+``NCHW{x}c``, ``opencl`` keeps ``NCHW``. For an ``opencl`` target the module is an
+:class:`.opencl.graph.OpenCLGraphModule`, its memory plan on the device.
 
 >>> import numpy as np, relaybench as rb
 >>> from relaybench import op
@@ -47,9 +53,9 @@ __all__ = ["build", "GroupKernel", "HostKernel", "CompileStats", "compile_groups
 class CompileStats:
     """Where a build's time went, and where its kernels came from.
 
-    ``llvm_compiled`` counts modules LLVM compiled in this build, ``from_disk`` those read back
-    from the kernel cache (``RB_CACHE_DIR``), ``from_memory`` those this process had compiled
-    already.
+    ``llvm_compiled`` counts modules LLVM compiled in this build (``opencl_compiled`` the
+    OpenCL programs the driver compiled), ``from_disk`` those read back from the kernel cache
+    (``RB_CACHE_DIR``), ``from_memory`` those this process had compiled already.
     """
 
     optimize_seconds: float = 0.0
@@ -62,13 +68,15 @@ class CompileStats:
     llvm_compiled: int = 0
     from_disk: int = 0
     from_memory: int = 0
+    opencl_compiled: int = 0
 
     def __repr__(self) -> str:
         return (f"CompileStats({self.groups} groups, {self.kernels} kernels "
                 f"({self.host_kernels} on the host); optimize {self.optimize_seconds:.2f} s, "
                 f"lower {self.lower_seconds:.2f} s, compile {self.compile_seconds:.2f} s, total "
-                f"{self.total_seconds:.2f} s; LLVM compiled {self.llvm_compiled}, from the disk "
-                f"cache {self.from_disk}, from memory {self.from_memory})")
+                f"{self.total_seconds:.2f} s; LLVM compiled {self.llvm_compiled}, "
+                + (f"OpenCL compiled {self.opencl_compiled}, " if self.opencl_compiled else "")
+                + f"from the disk cache {self.from_disk}, from memory {self.from_memory})")
 
 
 class HostKernel:
@@ -115,7 +123,9 @@ class HostKernel:
             return f"// {self.name}: host (reference) kernel: {self.reason}\n{text}"
         if kind in ("llvm", "asm"):
             return f"; {self.name}: host (reference) kernel, no {kind} code: {self.reason}"
-        raise ValueError(f"unknown source kind {kind!r}; known kinds: loops, llvm, asm")
+        if kind == "opencl":
+            return f"// {self.name}: host (reference) kernel, no OpenCL code: {self.reason}"
+        raise ValueError(f"unknown source kind {kind!r}; known kinds: loops, llvm, asm, opencl")
 
     def __repr__(self) -> str:
         return f"HostKernel({self.name}: host (reference))"
@@ -214,6 +224,53 @@ def _jit_stats() -> dict:
     return dict(_jit.stats) if _jit is not None else {}
 
 
+def _opencl_stats() -> dict:
+    import sys
+    runtime = sys.modules.get(f"{__package__}.opencl.runtime")
+    return dict(runtime.stats) if runtime is not None else {}
+
+
+def _llvm_kernel(func, target: Target):
+    from .llvm import build_kernel
+    return build_kernel(func)
+
+
+def _opencl_kernel(func, target: Target):
+    from .opencl import build_kernel
+    return build_kernel(func, target, lazy=True)   # built with the others: see _link_kernels
+
+
+def _link_kernels(kernels: dict, target: Target, stats: CompileStats) -> None:
+    """Build the OpenCL kernels of a build as one program (one call of the driver's compiler
+    for the whole model)."""
+    if target.kind != "opencl":
+        return
+    from .opencl import OpenCLKernel, build_kernels
+    t0 = time.perf_counter()
+    distinct = {id(k.compiled): k.compiled for k in kernels.values()
+                if isinstance(k.compiled, OpenCLKernel)}
+    try:
+        build_kernels(list(distinct.values()))
+    except RelayError:
+        raise
+    except Exception as err:  # a failure inside the driver: name the groups
+        raise CompileError(f"building the OpenCL program of {len(distinct)} kernels failed: "
+                           f"{type(err).__name__}: {err}") from err
+    stats.compile_seconds += time.perf_counter() - t0
+
+
+#: target kind -> the code generator: (PrimFunc, Target) -> a compiled kernel
+CODE_GENERATORS = {"llvm": _llvm_kernel, "opencl": _opencl_kernel}
+
+
+def _graph_module_class(target: Target):
+    if target.kind == "opencl":
+        from .opencl.graph import OpenCLGraphModule
+        return OpenCLGraphModule
+    from .graph_executor import GraphModule
+    return GraphModule
+
+
 def _has_no_compute(err: CompileError) -> bool:
     return "has no compute" in str(err)
 
@@ -272,11 +329,11 @@ def _compile_one(func: Function, name: str, target: Target, stats: CompileStats,
         raise CompileError(f"{where}: lowering failed: {type(err).__name__}: {err}") from err
     t1 = time.perf_counter()
     stats.lower_seconds += t1 - t0
-    if target.kind != "llvm":
+    generate = CODE_GENERATORS.get(target.kind)
+    if generate is None:
         raise CompileError(f"{where}: no code generator for target {target}")
-    from .llvm import build_kernel
     try:
-        compiled = build_kernel(lowered.prim_func)
+        compiled = generate(lowered.prim_func, target)
     except RelayError as err:
         if str(err).startswith(where):
             raise
@@ -317,15 +374,21 @@ def build(mod, target="llvm", params: Optional[dict] = None, opt_level: int = 3,
     from ..passes import InferType
     from ..passes.bind_params import bind_params
     from ..passes.pipelines import optimize
-    from .graph_executor import GraphModule, extract_graph
+    from .graph_executor import extract_graph
 
     start = time.perf_counter()
     target = Target.parse(target)
     mod = _as_module(mod)
     if params:
         mod = bind_params(mod, params)
+    config = dict(config or {})
+    config.setdefault("relay.target", str(target))   # the passes apply the target's policies
+    if target.kind == "opencl":
+        from .opencl import get_device
+        get_device(target)  # no matching device: say so before optimizing
     stats = CompileStats()
     jit_before = _jit_stats()
+    opencl_before = _opencl_stats()
     optimized = optimize(mod, opt_level, instruments=instruments, required_pass=required_pass,
                          disabled_pass=disabled_pass, config=config)
     if optimized["main"].checked_type is None:
@@ -333,15 +396,21 @@ def build(mod, target="llvm", params: Optional[dict] = None, opt_level: int = 3,
     stats.optimize_seconds = time.perf_counter() - start
     graph = extract_graph(optimized["main"])
     kernels = compile_groups([node.function for node in graph.nodes], target, stats)
+    _link_kernels(kernels, target, stats)
     jit_after = _jit_stats()
     for key, attr in (("compiled", "llvm_compiled"), ("from_disk", "from_disk"),
                       ("from_memory", "from_memory")):
         setattr(stats, attr, jit_after.get(key, 0) - jit_before.get(key, 0))
+    opencl_after = _opencl_stats()
+    for key, attr in (("compiled", "opencl_compiled"), ("from_disk", "from_disk"),
+                      ("from_memory", "from_memory")):
+        setattr(stats, attr, getattr(stats, attr) + opencl_after.get(key, 0)
+                - opencl_before.get(key, 0))
     stats.groups = len(graph.nodes)
     stats.kernels = len({id(k) for k in kernels.values()})
     if num_threads is None and target.num_threads is not None:
         num_threads = target.num_threads
-    module = GraphModule(optimized, graph, kernels, target=target, num_threads=num_threads,
-                         compile_stats=stats)
+    module = _graph_module_class(target)(optimized, graph, kernels, target=target,
+                                         num_threads=num_threads, compile_stats=stats)
     stats.total_seconds = time.perf_counter() - start
     return module

@@ -1,7 +1,10 @@
 """The graph executor: a static dataflow program run as a fixed list of kernel calls.
 
 ``relaybench.build`` hands over ``@main`` after fusion: parameters, constants, calls of fused
-``Primitive`` functions, tuples and tuple projections. :func:`extract_graph` reads it once, in
+``Primitive`` functions, tuples and tuple projections, and ``let`` bindings of those (as in Relay's
+graph executor, a let-bound variable is the node of its value; a let of a function is refused,
+and so is control flow). Fusion does not cross a let, as in Relay; ToGraphNormalForm before the
+build removes the lets of a program without effects. :func:`extract_graph` reads it once, in
 topological order and without recursion, as a list of nodes (one per call) over *tensor entries*
 (each a static shape and dtype: an input, a constant, or one output of a node).
 
@@ -41,8 +44,8 @@ from ..errors import CompileError, ExecutionError
 from ..ir.functor import post_order
 from ..ir.expr import (Call, Constant, Function, GlobalVar, If, Let, Match, Op, RefCreate, RefRead,
                        RefWrite, Tuple, TupleGetItem, Var)
-from ..ir.types import TensorType
-from ..viz.table import Table
+from ..ir.types import TensorType, dtype_itemsize, split_dtype
+from .._table import Table
 
 __all__ = ["GraphModule", "Graph", "GraphNode", "TensorEntry", "extract_graph", "plan_memory",
            "MemoryPlan", "BenchmarkResult", "Profile"]
@@ -64,7 +67,7 @@ class TensorEntry:
 
     @property
     def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+        return int(np.prod(self.shape, dtype=np.int64)) * dtype_itemsize(self.dtype)
 
     @property
     def type_text(self) -> str:
@@ -102,15 +105,15 @@ def _tensor_text(shape, dtype) -> str:
     return f"Tensor[({dims}), {dtype}]"
 
 
-_NOT_DATAFLOW = {Let: "a let binding", If: "an if", Match: "a match", RefCreate: "a reference",
+_NOT_DATAFLOW = {If: "an if", Match: "a match", RefCreate: "a reference",
                  RefRead: "a reference read", RefWrite: "a reference write",
                  GlobalVar: "a global function"}
 
 
 def _not_dataflow(what: str) -> CompileError:
     return CompileError(f"@main holds {what}: the graph executor runs static dataflow only "
-                        "(inputs, constants, calls of fused operators, tuples); the interpreter "
-                        "(create_executor('interpreter')) runs every program")
+                        "(inputs, constants, calls of fused operators, tuples, lets of tensors); "
+                        "the interpreter (create_executor('interpreter')) runs every program")
 
 
 def _children(node) -> tuple:
@@ -147,9 +150,48 @@ def _describe_callee(op) -> str:
     return f"a call of {type(op).__name__}"
 
 
-def _dataflow_order(body) -> list:
-    """The nodes ``body`` depends on, children first, each once (an explicit stack)."""
-    return post_order(body, _children)
+def _dataflow_order(body, let_values: dict) -> list:
+    """The nodes ``body`` depends on, children first, each once (an explicit stack).
+
+    As in Relay's graph executor, a ``let`` of a tensor (or a tuple of tensors) is dataflow: its
+    variable stands for the node of its value, so a use of the variable depends on the value and
+    the ``let`` itself is its body. ``let_values`` is filled with variable -> value as the walk
+    meets each binding (before any use of the variable, which lies inside the binding's body). A
+    ``let`` of a function value has no node to stand for and is refused."""
+
+    def children(node):
+        if isinstance(node, Let):
+            if isinstance(node.value, Function):
+                raise _not_dataflow(f"a let binding of a function value (%{node.var.name_hint})")
+            let_values[node.var] = node.value
+            return (node.value, node.body)
+        if isinstance(node, Var):
+            value = let_values.get(node)
+            return () if value is None else (value,)
+        return _children(node)
+
+    return post_order(body, children)
+
+
+def _vector_dtype_error(where: str, dtype: str) -> CompileError:
+    element, lanes = split_dtype(dtype)
+    return CompileError(f"{where}: vector dtype {dtype} ({lanes} lanes of {element}) cannot be run: "
+                        "the graph executor's kernels compute on scalar elements; Relay uses vector "
+                        "dtypes inside kernels only. Write the lanes as a last axis "
+                        f"(Tensor[(..., {lanes}), {element}])")
+
+
+def _check_scalar_dtypes(entries: list, node_entries: list, func: Function, index: int) -> None:
+    """A call of a kernel reads and writes scalar-element tensors only: no operator here computes
+    on a vector dtype (``int8x4``), which type inference lets through the operators that do not
+    look at dtypes (``reshape``, ``transpose``, ...). The error names the call and its operators."""
+    for i in node_entries:
+        entry = entries[i]
+        if split_dtype(entry.dtype)[1] > 1:
+            ops = sorted({n.name for n in post_order(func.body) if isinstance(n, Op)})
+            what = ", ".join(ops) if ops else "a fused group"
+            raise _vector_dtype_error(f"@main: call {index} ({what}) on {entry.type_text}",
+                                      entry.dtype)
 
 
 def _wrap_op_call(call: Call) -> Function:
@@ -217,10 +259,15 @@ def extract_graph(main: Function) -> Graph:
         inputs.append((p.name_hint, values[p]))
 
     nodes: list = []
-    for node in _dataflow_order(main.body):
+    let_values: dict = {}
+    for node in _dataflow_order(main.body, let_values):
         if isinstance(node, Var):
-            if node not in values:
+            if node in let_values:
+                values[node] = values[let_values[node]]
+            elif node not in values:
                 raise CompileError(f"@main: free variable %{node.name_hint}")
+        elif isinstance(node, Let):
+            values[node] = values[node.body]
         elif isinstance(node, Constant):
             data = contiguous(node.data)
             values[node] = new_entry(TensorType(data.shape, data.dtype.name), "constant", data)
@@ -243,9 +290,13 @@ def extract_graph(main: Function) -> Graph:
             index = len(nodes)
             types = flatten_type(out_type, f"@main: the result of call {index}")
             outs = [new_entry(t, "node", index) for t in types]
+            _check_scalar_dtypes(entries, args + outs, func, index)
             nodes.append(GraphNode(index, "", func, args, outs))
             values[node] = _nest(out_type, outs)
     result = values[main.body]
+    for name, index in inputs:  # an input no call reads (returned as it is) is checked here
+        if split_dtype(entries[index].dtype)[1] > 1:
+            raise _vector_dtype_error(f"input %{name}", entries[index].dtype)
     return Graph(entries, nodes, inputs, _flat([result]), result)
 
 

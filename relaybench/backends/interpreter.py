@@ -353,6 +353,13 @@ class Interpreter:
             where = f" at {call.span}" if call.span else ""
             shapes = ", ".join(_describe(a) for a in args)
             raise ExecutionError(f"{op.name}{where}: {err} (inputs: {shapes})", node=call) from err
+        t = call.type_or_none
+        if isinstance(out, np.ndarray) and isinstance(t, TensorType) and out.dtype.name != t.dtype:
+            # the relation in effect (a user's FTypeRelation, say) promised what the op cannot give
+            where = f" at {call.span}" if call.span else ""
+            raise ExecutionError(f"{op.name}{where}: gives {out.dtype.name} on inputs "
+                                 f"{', '.join(_describe(a) for a in args)}, where the program's type "
+                                 f"says {t.dtype}", node=call)
         return _to_value(out)
 
 

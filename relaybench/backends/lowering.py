@@ -2,7 +2,8 @@
 
 ``lower_primitive(func, target)`` builds the group's tensor expressions, one operator ``compute``
 per call (the target's strategy may substitute its own compute for the anchor, as TVM's x86
-``conv2d_NCHWc`` does), hands them to the target's strategy, which inlines the injective and
+``conv2d_NCHWc`` does; a compute registered above level 0, :func:`relaybench.op.register_compute`,
+replaces both), hands them to the target's strategy, which inlines the injective and
 elementwise stages into the anchor and schedules it, and lowers the schedule to a
 :class:`~relaybench.te.loop_ir.PrimFunc`. The anchor is the call of the highest pattern kind among
 those whose values the outputs read (``ones_like(nn.conv2d(...))`` reads only the convolution's
@@ -41,6 +42,7 @@ from ..errors import CompileError
 from ..ir.expr import Call, Constant, Function, Let, Op, Tuple, TupleGetItem, Var
 from ..ir.functor import post_order
 from ..ir.types import TensorType, TupleType
+from ..op.registry import get_op_attr, op_attr_registrations
 from ..te.loop_ir import PrimFunc
 from .target import Target
 
@@ -124,8 +126,9 @@ def _op_names(func: Function) -> list:
 
 
 def _pattern_of(call: Call) -> int:
-    opdef = call.op.opdef
-    return int(opdef.pattern) if opdef is not None else 8
+    """The call's pattern kind: its operator's ``TOpPattern`` of the highest level."""
+    pattern = get_op_attr(call.op.name, "TOpPattern")
+    return int(pattern) if pattern is not None else 8
 
 
 def anchor_flops(call: Call | None) -> int:
@@ -276,14 +279,24 @@ def _lower_call(call: Call, values: dict, strategy, target, where: str):
     out_type = _type_of(call, where)
     out_arg = list(out_type.fields) if isinstance(out_type, TupleType) else out_type
     flatten_type(out_type, f"{where}: {name}")
-    compute = strategy.compute(call, target)
-    if compute is None:
-        compute = opdef.compute if opdef is not None else None
+    # a compute registered above level 0 (a user's) wins over the strategy's choice, which wins
+    # over the operator's own (level 0)
+    compute = get_op_attr(name, "FTVMCompute", target=target) if opdef is not None else None
+    if compute is None or _compute_level(name, target) == 0:
+        compute = strategy.compute(call, target) or compute
     if compute is None:
         raise CompileError(f"{where}: {name} has no compute; it cannot be part of a compiled "
                            "kernel")
     result = compute(args, call.attrs, out_arg)
     return list(result) if isinstance(result, (list, tuple)) else result
+
+
+def _compute_level(name: str, target) -> int:
+    """The level of the ``FTVMCompute`` of ``name`` that applies on ``target`` (0: built-in)."""
+    for op, key, level, kind in op_attr_registrations(name):
+        if key == "FTVMCompute" and kind in (None, target.kind):
+            return level
+    return 0
 
 
 def _type_of(node, where: str):

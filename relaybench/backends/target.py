@@ -10,7 +10,7 @@ A target is written as in TVM, a kind followed by ``-key=value`` options:
 >>> Target.parse("cuda")
 Traceback (most recent call last):
 ...
-relaybench.errors.CompileError: unknown target kind 'cuda' in 'cuda'; known: llvm
+relaybench.errors.CompileError: unknown target kind 'cuda' in 'cuda'; known: llvm, opencl
 
 Each kind takes the options :data:`OPTIONS` lists, and each option's value is checked when the
 target is parsed, so a misspelt option or value fails where it is written instead of being
@@ -25,6 +25,18 @@ The LLVM backend compiles for the CPU it runs on, so ``-mcpu`` names that CPU: `
 the host's LLVM name (``znver4``, ``skylake-avx512``, ...). A name LLVM does not know is an
 error listing close ones; a known CPU other than the host's is an error too, since kernels
 compiled for it would not be what runs (checking ``-mcpu`` needs llvmlite).
+
+The OpenCL backend (``opencl``, through pyopencl) runs on one OpenCL device: ``-device=gpu``
+(the default) or ``-device=cpu`` picks its type, ``-platform=NAME`` the platform whose name
+contains ``NAME`` (case ignored; PoCL's is "Portable Computing Language"). Which devices are
+present is only known when the module is built, where none matching is an error listing them:
+
+>>> Target.parse("opencl -device=cpu -platform=pocl").options
+{'device': 'cpu', 'platform': 'pocl'}
+>>> Target.parse("opencl -device=fpga")
+Traceback (most recent call last):
+...
+relaybench.errors.CompileError: target 'opencl -device=fpga': -device must be gpu or cpu, got 'fpga'
 """
 
 from __future__ import annotations
@@ -37,7 +49,7 @@ from ..errors import CompileError
 __all__ = ["Target", "KINDS", "OPTIONS"]
 
 #: The target kinds that have a code generator.
-KINDS = ("llvm",)
+KINDS = ("llvm", "opencl")
 
 #: The options of each target kind: name -> what it means.
 OPTIONS = {
@@ -46,7 +58,14 @@ OPTIONS = {
         "num-threads": "threads for parallel kernels, a count >= 0 (0: one per core; "
                        "default: RB_NUM_THREADS)",
     },
+    "opencl": {
+        "device": "the OpenCL device type: gpu (default) or cpu",
+        "platform": "a part of the OpenCL platform's name (case ignored), e.g. nvidia, pocl",
+    },
 }
+
+#: The device types ``-device`` takes.
+OPENCL_DEVICES = ("gpu", "cpu")
 
 
 def _check_num_threads(target: str, value: str) -> None:
@@ -75,13 +94,21 @@ def _check_mcpu(target: str, value: str) -> None:
                            f"or -mcpu={host}")
 
 
+def _check_device(target: str, value: str) -> None:
+    if value not in OPENCL_DEVICES:
+        raise CompileError(f"target {target!r}: -device must be {' or '.join(OPENCL_DEVICES)}, "
+                           f"got {value!r}")
+
+
 # option name -> check(target text, value), raising CompileError
-_CHECKS = {"num-threads": _check_num_threads, "mcpu": _check_mcpu}
+_CHECKS = {"num-threads": _check_num_threads, "mcpu": _check_mcpu, "device": _check_device,
+           "platform": lambda target, value: None}
 
 
 @dataclass(frozen=True)
 class Target:
-    """A compilation target: ``kind`` (``"llvm"``: the host CPU) and its ``options``."""
+    """A compilation target: ``kind`` (``"llvm"``: the host CPU; ``"opencl"``: an OpenCL
+    device) and its ``options``."""
 
     kind: str
     options: dict = field(default_factory=dict, hash=False, compare=True)

@@ -48,7 +48,7 @@ from .expr import (Call, Clause, Constant, Constructor, Expr, Function, GlobalVa
                    RefWrite, Span, Tuple, TupleGetItem, Var)
 from .module import IRModule
 from .types import (DTYPES, FuncType, GlobalTypeVar, IncompleteType, RefType, TensorType, TupleType,
-                    TypeCall, TypeVar)
+                    TypeCall, TypeVar, check_dtype)
 
 __all__ = ["parse", "parse_expr", "ParseError", "MAX_DEPTH", "VERSION"]
 
@@ -72,6 +72,8 @@ _SUFFIX = {
 }
 # Relay reads a dtype with TVM's String2DLDataType, where a missing width means 32 bits.
 _DTYPE_SHORTHANDS = {"int": "int32", "uint": "uint32", "float": "float32"}
+# A name that reads as one of TVM's vector dtypes (element, "x", lanes), valid or not: an invalid
+# one (int7x4, int8x0) is a dtype error, not an unknown type.
 _VECTOR_DTYPE = re.compile(r"((?:bool|u?int|b?float)[0-9]*)x([0-9]+)$")
 _KEYWORDS = frozenset({"def", "type", "extern", "fn", "let", "if", "else", "match", "ref", "ref_read",
                        "ref_write", "free_var", "meta", "True", "False"})
@@ -1056,8 +1058,9 @@ class _Parser:
             raise self.error(str(err), offset) from None
 
     def dtype_name(self, text: str, offset: int) -> str:
-        """The dtype a type's name stands for: ``int32``, or Relay's shorthands ``int``,
-        ``uint`` and ``float`` (32 bits, as TVM's String2DLDataType reads them)."""
+        """The dtype a type's name stands for: ``int32``, Relay's shorthands ``int``, ``uint``
+        and ``float`` (32 bits, as TVM's String2DLDataType reads them), or a vector dtype
+        ``int8x4`` (an element dtype and a lane count)."""
         if text in DTYPES:
             return text
         short = _DTYPE_SHORTHANDS.get(text)
@@ -1065,12 +1068,11 @@ class _Parser:
             return short
         m = _VECTOR_DTYPE.match(text)
         if m is not None:
-            lanes = int(m.group(2))
-            elem = _DTYPE_SHORTHANDS.get(m.group(1), m.group(1))
-            what = f"{lanes} lanes of {elem}" if elem in DTYPES else f"lanes of {m.group(1)}"
-            raise self.error(f"vector dtype {text} ({what}) is not supported: tensor elements here "
-                             "are scalars; write the lanes as a last dimension "
-                             f"(Tensor[(..., {lanes}), {elem}])", offset)
+            element = _DTYPE_SHORTHANDS.get(m.group(1), m.group(1))
+            try:
+                return check_dtype(f"{element}x{m.group(2)}", vector=True)
+            except ValueError as err:
+                raise self.error(str(err), offset) from None
         close = difflib.get_close_matches(text, sorted(DTYPES), n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise self.error(f"unknown dtype {text}{hint}", offset)

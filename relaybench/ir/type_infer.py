@@ -173,6 +173,8 @@ class _Inferencer:
         self.group: dict = {}         # GlobalVar -> type, for the functions inferred together here
         self.group_generic: set = set()  # members of the group whose signature is declared
         self.ops: dict = {}           # Op -> OpDef, the operators called
+        self.type_args: dict = {}     # Call -> the types its callee's type parameters take there
+        self.rels: dict = {}          # Op -> its type relation (FTypeRelation, highest level)
         self._handlers = {
             Var: self.visit_var, GlobalVar: self.visit_global_var, Constant: self.visit_constant,
             Tuple: self.visit_tuple, TupleGetItem: self.visit_tuple_getitem,
@@ -455,7 +457,9 @@ class _Inferencer:
         if len(ft.arg_types) != len(args):
             count = len(ft.arg_types)
             raise self.error(f"{name} takes {count} argument{'s' * (count != 1)}, got {len(args)}", call)
-        ft = self._instantiate(ft, self._generalizable(callee, ft))
+        ft, holes = self._instantiate(ft, self._generalizable(callee, ft))
+        if holes:
+            self.type_args[call] = holes
         for i, (formal, actual) in enumerate(zip(ft.arg_types, args)):
             self.unify(formal, actual, call, f"argument {i} of {name}")
         for c in ft.type_constraints:
@@ -480,9 +484,11 @@ class _Inferencer:
             out |= _type_symvars(t)
         return out - rigid
 
-    def _instantiate(self, ft: FuncType, symvars: set) -> FuncType:
+    def _instantiate(self, ft: FuncType, symvars: set):
+        """``ft`` with fresh holes for its type parameters and ``symvars``; and those holes, in
+        the order of the type parameters (the call's type arguments)."""
         if not ft.type_params and not symvars:
-            return ft
+            return ft, []
         solver = self.solver
         ft = solver.resolve(ft)
         holes = {tv: IncompleteType() for tv in ft.type_params}
@@ -490,12 +496,15 @@ class _Inferencer:
         leaf = (lambda n: holes.get(n) if type(n) is TypeVar else None) if holes else None
         dim_fn = (lambda d: d if isinstance(d, int) else substitute(d, dims)) if dims else None
         plain = FuncType(ft.arg_types, ft.ret_type, (), ft.type_constraints)
-        return map_type(plain, leaf=leaf, dim_fn=dim_fn)
+        return map_type(plain, leaf=leaf, dim_fn=dim_fn), [holes[tv] for tv in ft.type_params]
 
     def _op_call(self, call: Call, op: Op, args: list) -> Type:
         opdef = self.ops.get(op)
         if opdef is None:
             opdef = self.ops[op] = op.opdef
+            from ..op.registry import get_op_attr
+            self.rels[op] = get_op_attr(op.name, "FTypeRelation", default=opdef.type_rel)
+        type_rel = self.rels[op]
         if not opdef.variadic and len(args) != len(opdef.inputs):
             raise self.error(f"takes {len(opdef.inputs)} input{'s' * (len(opdef.inputs) != 1)} "
                              f"({', '.join(opdef.inputs)}), got {len(args)}", call, op=op.name)
@@ -507,18 +516,20 @@ class _Inferencer:
             ground.append(g)
         else:
             try:
-                out = opdef.type_rel(ground, call.attrs)
+                out = type_rel(ground, call.attrs)
             except TypeInferenceError as err:
                 raise self.error(err.reason, call, op=op.name,
-                                 relation=relation_name(opdef.type_rel)) from None
+                                 relation=relation_name(type_rel)) from None
             if out is not None:
                 if isinstance(out, (list, tuple)) and not isinstance(out, Type):
                     for i, (have, new) in enumerate(zip(args, out)):
                         self.unify(have, new, call, f"input {i} ({opdef.inputs[i]})", op=op.name)
-                    return out[-1]
+                    out = out[-1]
+                self.type_args[call] = args + [out]
                 return out
         ret = IncompleteType()
-        self.solver.add_relation(opdef.type_rel, args + [ret], len(args), call.attrs, node=call,
+        self.type_args[call] = args + [ret]
+        self.solver.add_relation(type_rel, args + [ret], len(args), call.attrs, node=call,
                                  op=op.name)
         return ret
 
@@ -571,6 +582,10 @@ class _Inferencer:
                 done.append((node, r))
         for node, r in done:
             node.set_checked_type(r)
+        for call, holes in self.type_args.items():
+            resolved = tuple(resolve(t, cache) for t in holes)
+            if not any(contains_holes(t) for t in resolved):
+                object.__setattr__(call, "type_args", resolved)
         for op, opdef in self.ops.items():
             op.set_checked_type(_op_type(opdef))
 
@@ -644,10 +659,94 @@ def _infer_functions(mod) -> dict:
     return signatures
 
 
+def _annotatable(t: Optional[Type]) -> bool:
+    return t is not None and not contains_holes(t)
+
+
+def write_back(fn: Function) -> Function:
+    """``fn`` (type-checked) carrying what inference found, as Relay's ``InferType`` leaves it.
+
+    A parameter or ``let`` variable without an annotation gets its inferred type as one, and a
+    function (the global one and every closure inside) without a return type gets it; pattern
+    variables stay as written (Relay prints them bare). Nodes that change are rebuilt, with their
+    spans and checked types; the rest are shared, so a program that is already annotated comes
+    back as it is.
+    """
+    from .functor import ExprMutator, post_order
+
+    bound_by_pattern: set = set()
+    needed = False
+    for node in post_order(fn):
+        cls = type(node)
+        if cls is Match:
+            stack = [c.lhs for c in node.clauses]
+            while stack:
+                p = stack.pop()
+                if isinstance(p, PatternVar):
+                    bound_by_pattern.add(p.var)
+                elif isinstance(p, (PatternConstructor, PatternTuple)):
+                    stack.extend(p.patterns)
+        elif cls is Var:
+            if node.type_annotation is None and _annotatable(node.type_or_none):
+                needed = True
+        elif cls is Function:
+            if node.ret_type is None and node.type_or_none is not None:
+                needed = True
+    if not needed:
+        return fn
+
+    class _WriteBack(ExprMutator):
+        def visit_var(self, var):
+            t = var.type_or_none
+            if var.type_annotation is not None or var in bound_by_pattern or not _annotatable(t):
+                return var
+            new = Var(var.name_hint, t).with_span(var.span)
+            new.set_checked_type(t)
+            return new
+
+        def visit_pattern(self, pattern):
+            return pattern
+
+        def visit_function(self, f):
+            new = super().visit_function(f)
+            t = f.type_or_none
+            ret = t.ret_type if isinstance(t, FuncType) else None
+            if new.ret_type is None and _annotatable(ret):
+                new = Function(new.params, new.body, ret, new.type_params, new.attrs).with_span(f.span)
+            return new
+
+        def _dispatch(self, node):
+            out = super()._dispatch(node)
+            if out is not node and out.type_or_none is None and node.type_or_none is not None:
+                out.set_checked_type(node.type_or_none)
+            return out
+
+    return _WriteBack().visit(fn)
+
+
 def infer_module(mod):
-    """A new IRModule holding ``mod``'s functions, every node now typed."""
+    """A new IRModule holding ``mod``'s functions, every node now typed.
+
+    As in Relay, the program carries what was inferred (:func:`write_back`): parameters and
+    ``let`` variables get their types as annotations, functions their return types, and each call
+    of a polymorphic operator, function or constructor its type arguments (``Call.type_args``).
+
+    >>> import relaybench as rb
+    >>> mod = rb.parse('''#[version = "0.0.5"]
+    ... def @main(%x: Tensor[(1, 3, 8, 8), float32], %w) {
+    ...   nn.conv2d(%x, %w, channels=4, kernel_size=[3, 3])
+    ... }''')
+    >>> print(infer_module(mod)["main"].astext(show_types=False))
+    fn (%x: Tensor[(1, 3, 8, 8), float32], %w: Tensor[(4, 3, 3, 3), float32]) -> Tensor[(1, 4, 6, 6), float32] {
+      nn.conv2d(%x, %w, channels=4, kernel_size=[3, 3])
+    }
+    """
     new = mod.copy()
     _infer_functions(new)
+    for gv, fn in list(new.functions.items()):
+        out = write_back(fn)
+        if out is not fn:
+            new.functions[gv] = out
     return new
 
 

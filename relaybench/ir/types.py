@@ -19,6 +19,7 @@ Tensor[(1, n, ?), float32]
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass, field
 from typing import Any as _AnyT, Callable, Optional
 
@@ -27,7 +28,8 @@ from .symbolic import ANY, AnyDim, SymExpr, SymVar, as_dim, format_dim
 __all__ = [
     "Type", "TensorType", "TupleType", "FuncType", "TypeVar", "GlobalTypeVar", "IncompleteType",
     "TypeConstraint", "TypeRelation", "TypeCall", "RefType", "TypeKind", "scalar_type",
-    "unit_type", "DTYPES", "check_dtype", "type_str",
+    "unit_type", "DTYPES", "check_dtype", "split_dtype", "dtype_lanes", "dtype_bits", "dtype_itemsize",
+    "numpy_dtype", "type_str",
 ]
 
 
@@ -37,17 +39,120 @@ DTYPES = frozenset({
 })
 
 
-def check_dtype(dtype) -> str:
-    """Normalize a dtype (a string or a numpy dtype) to Relay's name, or raise ValueError."""
+# As TVM's String2DLDataType reads a dtype, a suffix ``x<lanes>`` makes a vector of that many
+# elements (``int8x4``, ``float32x4``, ``uint8x16``). The shorthands without a width (``int``,
+# ``intx4``) are the text format's: the parser writes them out.
+_VECTOR_DTYPE = re.compile(r"([a-z]+[0-9]*)x([0-9]+)$")
+
+
+def split_dtype(dtype: str) -> tuple:
+    """``(element dtype, lanes)`` of a dtype name, as TVM's DataType reads it; ValueError if invalid.
+
+    A vector dtype is an element dtype and ``x`` and a lane count; a scalar dtype has one lane
+    (and, as in TVM, one lane is the scalar itself: ``int8x1`` is ``int8``).
+
+    >>> split_dtype("int8x4"), split_dtype("float32x8"), split_dtype("bool")
+    (('int8', 4), ('float32', 8), ('bool', 1))
+    >>> split_dtype("int7x4")
+    Traceback (most recent call last):
+        ...
+    ValueError: unknown dtype 'int7x4': its element int7 is not one of bfloat16, bool, float16, \
+float32, float64, int16, int32, int64, int8, uint16, uint32, uint64, uint8
+    """
+    if dtype in DTYPES:
+        return dtype, 1
+    m = _VECTOR_DTYPE.match(dtype)
+    if m is None:
+        raise ValueError(f"unknown dtype {dtype!r}; expected one of {', '.join(sorted(DTYPES))}, "
+                         "or one of them with x<lanes> (int8x4)")
+    element, lanes = m.group(1), int(m.group(2))
+    if element not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}: its element {element} is not one of "
+                         f"{', '.join(sorted(DTYPES))}")
+    if lanes < 1:
+        raise ValueError(f"invalid dtype {dtype!r}: a vector dtype needs at least one lane")
+    return element, lanes
+
+
+def _dtype_name(element: str, lanes: int) -> str:
+    return element if lanes == 1 else f"{element}x{lanes}"
+
+
+def check_dtype(dtype, vector: bool = False) -> str:
+    """Normalize a dtype (a string or a numpy dtype) to Relay's name, or raise ValueError.
+
+    ``vector`` allows vector dtypes (``int8x4``): a TensorType holds them, but an operator's
+    attribute (``cast``'s ``dtype``, ...) names a scalar element type, since no operator here
+    computes on lanes.
+
+    >>> check_dtype("int8x4", vector=True), check_dtype("float32x1", vector=True)
+    ('int8x4', 'float32')
+    >>> check_dtype("int8x4")
+    Traceback (most recent call last):
+        ...
+    ValueError: vector dtype 'int8x4' (4 lanes of int8) is not allowed here: a scalar dtype is \
+expected
+    """
     if not isinstance(dtype, str):
         import numpy as np
         try:
             dtype = np.dtype(dtype).name
         except TypeError as err:
             raise ValueError(f"not a dtype: {dtype!r}") from err
-    if dtype not in DTYPES:
-        raise ValueError(f"unknown dtype {dtype!r}; expected one of {', '.join(sorted(DTYPES))}")
-    return dtype
+    if dtype in DTYPES:
+        return dtype
+    element, lanes = split_dtype(dtype)
+    if lanes > 1 and not vector:
+        raise ValueError(f"vector dtype {dtype!r} ({lanes} lanes of {element}) is not allowed here: "
+                         "a scalar dtype is expected")
+    return _dtype_name(element, lanes)
+
+
+def dtype_lanes(dtype: str) -> int:
+    """The number of lanes of a dtype: 4 for ``int8x4``, 1 for a scalar dtype."""
+    return split_dtype(dtype)[1]
+
+
+def dtype_bits(dtype: str) -> int:
+    """The width of one element of ``dtype`` in bits, lanes included, as TVM's ``DataType.bits *
+    lanes``: ``bool`` is 1, ``float16`` 16, ``int8x4`` 32.
+
+    >>> dtype_bits("bool"), dtype_bits("float16"), dtype_bits("int8x4"), dtype_bits("uint8x16")
+    (1, 16, 32, 128)
+    """
+    element, lanes = split_dtype(dtype)
+    bits = 1 if element == "bool" else int(re.search(r"[0-9]+$", element).group())
+    return bits * lanes
+
+
+def dtype_itemsize(dtype: str) -> int:
+    """The bytes one element of ``dtype`` takes in memory, lanes included (``bool`` takes a byte).
+
+    >>> dtype_itemsize("bool"), dtype_itemsize("bfloat16"), dtype_itemsize("float32x4")
+    (1, 2, 16)
+    """
+    element, lanes = split_dtype(dtype)
+    return max(1, dtype_bits(element) // 8) * lanes
+
+
+def numpy_dtype(dtype: str):
+    """The numpy dtype of ``dtype``'s elements; ValueError where numpy has none (``bfloat16``).
+
+    A vector dtype maps to a numpy sub-array dtype: an array of it has the lanes as its last axis,
+    the layout TVM's ``NDArray.numpy()`` gives a vector tensor.
+
+    >>> import numpy as np
+    >>> numpy_dtype("int8")
+    dtype('int8')
+    >>> np.zeros((2, 3), numpy_dtype("int8x4")).shape
+    (2, 3, 4)
+    """
+    import numpy as np
+
+    element, lanes = split_dtype(dtype)
+    if element == "bfloat16":
+        raise ValueError(f"dtype {dtype!r}: numpy has no bfloat16")
+    return np.dtype(element) if lanes == 1 else np.dtype((element, (lanes,)))
 
 
 class TypeKind(enum.Enum):
@@ -79,7 +184,9 @@ class Type:
 class TensorType(Type):
     """``Tensor[(d0, d1, ...), dtype]``; each dim an int, a symbolic expression or ``ANY``.
 
-    ``shape`` may be given with names (``"n"``) and ``None``/``"?"`` for Any.
+    ``shape`` may be given with names (``"n"``) and ``None``/``"?"`` for Any. ``dtype`` may be a
+    vector dtype (``int8x4``: four int8 lanes per element), as in Relay: it type-checks and prints,
+    but no operator computes on it and the executors refuse it (see :func:`split_dtype`).
     """
 
     shape: tuple
@@ -87,7 +194,7 @@ class TensorType(Type):
 
     def __post_init__(self):
         object.__setattr__(self, "shape", tuple(as_dim(d) for d in self.shape))
-        object.__setattr__(self, "dtype", check_dtype(self.dtype))
+        object.__setattr__(self, "dtype", check_dtype(self.dtype, vector=True))
 
     @property
     def ndim(self) -> int:

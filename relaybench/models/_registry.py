@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 from typing import Callable
 
-from ..viz.table import Table
+from .._table import Table
 
 _MODELS: dict = {}
 

@@ -17,7 +17,10 @@ through a ``pad`` stage of its own, which schedules inline; reductions that need
 (``mean``, ``softmax``, ``argmax``) are chains of computes, the last one being the result.
 
 Every operator whose pattern kind is not OPAQUE has a compute, and so do the OPAQUE
-``nn.layer_norm``, ``nn.lrn`` and ``nn.dropout`` (each then is a kernel of its own);
+``nn.layer_norm``, ``nn.lrn``, ``nn.dropout``, ``nn.instance_norm``, ``nn.group_norm``,
+``scatter_nd``, the scans (``cumsum``, ``cumprod``), the sorts (``sort``, ``argsort``, ``topk``:
+quadratic rank counts, as the kernel layer has no loop-carried state) and
+``annotation.stop_fusion`` (each then is a kernel of its own);
 ``tests/op/test_computes.py`` checks that no non-OPAQUE op lacks one.
 
 >>> from relaybench import te
@@ -185,6 +188,8 @@ BINARY = {
     "logical_xor": loop_ir.not_equal,
     "left_shift": lambda a, b: a << b,
     "right_shift": lambda a, b: a >> b,
+    "trunc_divide": lambda a, b: trunc_divide(a, b) if is_int(a.dtype) else _trunc(a / b),
+    "trunc_mod": _mod,
 }
 """Element formulas of the broadcasting binary ops, by op name."""
 
@@ -232,6 +237,16 @@ UNARY = {
     "floor": _keep_ints(te.floor),
     "ceil": _keep_ints(te.ceil),
     "logical_not": loop_ir.logical_not,
+    "isnan": lambda x: loop_ir.not_equal(x, x) if is_float(x.dtype) else loop_ir.const(False),
+    "isinf": lambda x: (loop_ir.equal(te.abs(x), loop_ir.const(float("inf"), x.dtype))
+                        if is_float(x.dtype) else loop_ir.const(False)),
+    "isfinite": lambda x: (loop_ir.equal(x, x)
+                           & loop_ir.not_equal(te.abs(x), loop_ir.const(float("inf"), x.dtype))
+                           if is_float(x.dtype) else loop_ir.const(True)),
+    "sign": lambda x: te.if_then_else(x > te.cast(x.dtype, 0), te.cast(x.dtype, 1), te.if_then_else(
+        x < te.cast(x.dtype, 0), te.cast(x.dtype, -1), te.cast(x.dtype, 0))),
+    "trunc": _keep_ints(_trunc),
+    "copy": lambda x: x,
 }
 """Element formulas of the unary elementwise ops, by op name."""
 
@@ -1240,3 +1255,629 @@ def dropout_compute(inputs, attrs, out_type):
     out = te.compute(x.shape, lambda *i: x[i], name="dropout")
     mask = te.compute(x.shape, lambda *i: loop_ir.const(1, x.dtype), name="dropout_mask")
     return [out, mask]
+
+
+# ---------------------------------------------------------------------------------------------
+# 1-D and 3-D convolution and pooling, any number of spatial axes (nn.py)
+
+def conv_nd_compute(spatial: str, name: str):
+    """The compute of a grouped convolution over the axes ``spatial`` (``"W"``, ``"DHW"``) in any
+    layouts of those axes: the reduction runs over the group's input channels and the window; the
+    padded data is a stage of its own (``pad``)."""
+    def compute(inputs, attrs, out_type):
+        from ..ir.layout import Layout
+        x, w = inputs
+        dl, kl = Layout(attrs.data_layout), Layout(attrs.kernel_layout)
+        ol = Layout(attrs.out_layout or attrs.data_layout)
+        dt = out_type.dtype
+        n_sp = len(spatial)
+        wext = kl.primal_extents(w.shape)
+        cg = wext["I"]
+        og = wext["O"] // attrs.groups
+        src = x
+        if any(attrs.padding):
+            pads = [(0, 0)] * x.ndim
+            for j, a in enumerate(spatial):
+                pads[dl.index_of(a)] = (attrs.padding[j], attrs.padding[n_sp + j])
+            src = padded(x, pads, te.cast(x.dtype, 0), "pad")
+        rc = te.reduce_axis(cg, name="rc")
+        window = [te.reduce_axis(wext[a], name=f"r{a.lower()}") for a in spatial]
+
+        def body(*i):
+            out = primal_indices(ol, i)
+            c = out["C"]
+            channel = (c // og) * cg + rc if attrs.groups > 1 else rc
+            at = {"N": out["N"], "C": channel}
+            taps = {"O": c, "I": rc}
+            for a, r, s, d in zip(spatial, window, attrs.strides, attrs.dilation):
+                at[a] = out[a] * s + r * d
+                taps[a] = r
+            value = src[layout_indices(dl, at)]
+            weight = w[layout_indices(kl, taps)]
+            return te.sum(_operand(value, dt) * _operand(weight, dt), axis=[rc, *window])
+        return te.compute(shape_of(out_type), body, name=name)
+    compute.__name__ = f"{name}_compute"
+    return compute
+
+
+def _pool_nd_layouts(op: str, attrs, out_type, spatial: str):
+    """As :func:`_pool_layouts` for the axes ``spatial``: ``(axes, shape, finish)``, the positions
+    of the spatial axes in ``layout``, the pooled shape in ``layout`` and ``finish(pooled)``,
+    the result in ``out_layout``."""
+    from ..ir.layout import Layout
+    layout = Layout(attrs.layout)
+    if any(layout.factor_of(a) for a in spatial):
+        raise CompileError(f"{op}: layout {layout.name} splits a spatial axis into blocks; the "
+                           f"compute needs them whole")
+    axes = [layout.index_of(a) for a in spatial]
+    out_shape = shape_of(out_type)
+    if not attrs.out_layout or attrs.out_layout == attrs.layout:
+        return axes, out_shape, lambda pooled: pooled
+    out_layout = Layout(attrs.out_layout)
+    extents = out_layout.primal_extents(out_shape)
+    shape = tuple(int(extents[ax.name]) // (layout.factor_of(ax.name) or 1) if ax.is_primal
+                  else ax.factor for ax in layout.axes)
+
+    def finish(pooled):
+        return te.compute(out_shape,
+                          lambda *i: pooled[layout_indices(layout, primal_indices(out_layout, i))],
+                          name=f"{op.replace('nn.', '')}_{out_layout.name}")
+    return axes, shape, finish
+
+
+def _at(i, axes, positions) -> tuple:
+    """The indices ``i`` with the ``axes`` replaced by ``positions``."""
+    idx = list(i)
+    for axis, p in zip(axes, positions):
+        idx[axis] = p
+    return tuple(idx)
+
+
+def pool_nd_compute(kind: str, spatial: str, name: str):
+    """The compute of ``max`` or ``avg`` pooling over the axes ``spatial``, as the 2-D ones:
+    the padded input (the dtype's lowest value for max, 0 for avg; ``ceil_mode``'s extra taps
+    included) is a stage, the window a reduction; avg divides by the taps on the input (and on
+    the declared padding with ``count_include_pad``)."""
+    def compute(inputs, attrs, out_type):
+        (x,) = inputs
+        axes, shape, finish = _pool_nd_layouts(name, attrs, out_type, spatial)
+        n_sp = len(spatial)
+        geometry, pads = [], [(0, 0)] * x.ndim
+        for j, axis in enumerate(axes):
+            k, s, d = attrs.pool_size[j], attrs.strides[j], attrs.dilation[j]
+            before, after, extent = attrs.padding[j], attrs.padding[n_sp + j], x.shape[axis]
+            extra = max(0, (shape[axis] - 1) * s + (k - 1) * d + 1 - (extent + before + after))
+            geometry.append((before, after, extent))
+            pads[axis] = (before, after + extra)
+        fill = loop_ir.const(_lowest(x.dtype), x.dtype) if kind == "max" else te.cast(x.dtype, 0)
+        src = padded(x, pads, fill, "pad")
+        window = [te.reduce_axis(k, name=f"r{a.lower()}") for a, k in zip(spatial, attrs.pool_size)]
+
+        def tap(i):
+            return src[_at(i, axes, [i[axis] * s + r * d for axis, r, s, d in
+                                     zip(axes, window, attrs.strides, attrs.dilation)])]
+        op_name = name.replace("nn.", "")
+        if kind == "max":
+            return finish(te.compute(shape, lambda *i: te.max(tap(i), axis=window), name=op_name))
+        acc = x.dtype if is_float(x.dtype) else "float64"
+        total = te.compute(shape, lambda *i: te.sum(te.cast(acc, tap(i)), axis=window),
+                           name=f"{op_name}_sum")
+
+        def taps(pos, k, s, d, before, after, extent):
+            lo, hi = (0, before + extent + after) if attrs.count_include_pad else (before, before + extent)
+            count = None
+            for t in range(k):
+                at = pos * s + t * d
+                one = te.if_then_else((at >= lo) & (at < hi), te.cast(acc, 1.0), te.cast(acc, 0.0))
+                count = one if count is None else count + one
+            return count
+
+        def body(*i):
+            count = None
+            for axis, (before, after, extent), k, s, d in zip(axes, geometry, attrs.pool_size,
+                                                             attrs.strides, attrs.dilation):
+                c = taps(i[axis], k, s, d, before, after, extent)
+                count = c if count is None else count * c
+            mean = total[i] / te.maximum(count, te.cast(acc, 1.0))
+            return mean if is_float(x.dtype) else te.cast(x.dtype, _trunc(mean))
+        return finish(te.compute(shape, body, name=op_name))
+    compute.__name__ = f"{name.replace('nn.', '')}_compute"
+    return compute
+
+
+def adaptive_pool_nd_compute(kind: str, spatial: str, name: str):
+    """The compute of adaptive ``max`` or ``avg`` pooling over the axes ``spatial`` (PyTorch's
+    bins): a reduction over the widest bin of each axis, masked to the bin of each output
+    position (masked taps count as the dtype's lowest value for max, 0 for avg)."""
+    def compute(inputs, attrs, out_type):
+        (x,) = inputs
+        axes, shape, finish = _pool_nd_layouts(name, attrs, out_type, spatial)
+        extents, outs = [x.shape[a] for a in axes], [shape[a] for a in axes]
+        acc = x.dtype if kind == "max" or is_float(x.dtype) else "float64"
+
+        def first(i, n, o):
+            return (i * n) // o
+
+        def stop(i, n, o):
+            return ((i + 1) * n + o - 1) // o
+        widest = [max(stop(i, n, o) - first(i, n, o) for i in range(o)) for n, o in zip(extents, outs)]
+        window = [te.reduce_axis(k, name=f"r{a.lower()}") for a, k in zip(spatial, widest)]
+        skip = loop_ir.const(_lowest(x.dtype), x.dtype) if kind == "max" else te.cast(acc, 0.0)
+
+        def total_body(*i):
+            inside, positions = None, []
+            for axis, r, n, o in zip(axes, window, extents, outs):
+                p = first(i[axis], n, o) + r
+                ok = p < stop(i[axis], n, o)
+                inside = ok if inside is None else inside & ok
+                positions.append(clamp(p, n))
+            value = x[_at(i, axes, positions)]
+            value = value if acc == x.dtype else te.cast(acc, value)
+            reduce = te.max if kind == "max" else te.sum
+            return reduce(te.if_then_else(inside, value, skip), axis=window)
+        op_name = name.replace("nn.", "")
+        total = te.compute(shape, total_body, name=op_name if kind == "max" else f"{op_name}_sum")
+        if kind == "max":
+            return finish(total)
+
+        def body(*i):
+            count = None
+            for axis, n, o in zip(axes, extents, outs):
+                c = stop(i[axis], n, o) - first(i[axis], n, o)
+                count = c if count is None else count * c
+            mean = total[i] / te.cast(acc, count)
+            return mean if is_float(x.dtype) else te.cast(x.dtype, _trunc(mean))
+        return finish(te.compute(shape, body, name=op_name))
+    compute.__name__ = f"{name.replace('nn.', '')}_compute"
+    return compute
+
+
+# ---------------------------------------------------------------------------------------------
+# Resizing along any number of spatial axes (image.resize1d, image.resize3d; nn.upsampling3d)
+
+def resize_nd_compute(spatial: str, name: str):
+    """``image.resize1d`` / ``image.resize3d`` as :func:`resize2d_compute` does it for two axes:
+    each output position's input coordinate per axis, then the nearest element or the weighted
+    neighbours (the last axis innermost), in float32 (float64 for float64 data), cast to the
+    output dtype."""
+    def compute(inputs, attrs, out_type):
+        from ..ir.layout import Layout
+        (x,) = inputs
+        layout = Layout(attrs.layout)
+        axes = [layout.index_of(a) for a in spatial]
+        extents = [x.shape[a] for a in axes]
+        n_sp = len(spatial)
+        mode, roi = attrs.coordinate_transformation_mode, attrs.roi
+        calc = "float64" if x.dtype == "float64" else "float32"
+        dt = out_type.dtype
+
+        def body(*i):
+            coords = [_resize_coordinate(i[axis], out, n, mode, roi[j], roi[n_sp + j])
+                      for j, (axis, out, n) in enumerate(zip(axes, attrs.size, extents))]
+            if attrs.method == "nearest_neighbor":
+                rounding = attrs.rounding_method or ("round" if mode == "align_corners" else "floor")
+                near = [clamp(_resize_round(c, rounding), n) for c, n in zip(coords, extents)]
+                value = te.cast(calc, x[_at(i, axes, near)])
+            else:
+                taps = [_resize_taps(c, n, attrs, calc) for c, n in zip(coords, extents)]
+
+                def combine(k, positions):
+                    if k == n_sp:
+                        return te.cast(calc, x[_at(i, axes, positions)])
+                    total = None
+                    for j, weight in zip(*taps[k]):
+                        term = combine(k + 1, positions + [j]) * weight
+                        total = term if total is None else total + term
+                    return total
+                value = combine(0, [])
+            if mode == "tf_crop_and_resize":
+                outside = None
+                for c, n in zip(coords, extents):
+                    out = (c < 0) | (c > n - 1)
+                    outside = out if outside is None else outside | out
+                value = te.if_then_else(outside, loop_ir.const(float(attrs.extrapolation_value), calc),
+                                        value)
+            return cast_to(dt, value) if dt != calc else value
+        return te.compute(shape_of(out_type), body, name=name)
+    compute.__name__ = f"{name}_compute"
+    return compute
+
+
+# ---------------------------------------------------------------------------------------------
+# gather, gather_nd, scatter_nd, ndarray_size, reverse (transform.py)
+
+def gather_compute(inputs, attrs, out_type):
+    data, indices = inputs
+    axis = _axis(attrs.axis, data.ndim)
+    def body(*i):
+        picked = clamp(te.cast("int64", indices[i]), data.shape[axis])
+        return data[tuple(i[:axis]) + (picked,) + tuple(i[axis + 1:])]
+    return te.compute(shape_of(out_type), body, name="gather")
+
+
+def gather_nd_compute(inputs, attrs, out_type):
+    """``data[y_0..y_{b-1}, indices[0, y], ..., indices[M-1, y], x...]``, each coordinate clamped
+    into its axis (the reference requires them in range)."""
+    data, indices = inputs
+    m, b = indices.shape[0], attrs.batch_dims
+    positions = indices.ndim - 1
+    def body(*i):
+        y, rest = tuple(i[:positions]), tuple(i[positions:])
+        picked = tuple(clamp(te.cast("int64", indices[(k,) + y]), data.shape[b + k]) for k in range(m))
+        return data[y[:b] + picked + rest]
+    return te.compute(shape_of(out_type), body, name="gather_nd")
+
+
+def scatter_nd_compute(inputs, attrs, out_type):
+    """Gathered, one output element at a time: ``update`` finds the last position ``y`` whose
+    coordinates are the element's (a max reduction over the flat positions); ``add``, ``mul``,
+    ``min`` and ``max`` reduce the updates of every such ``y`` (in order, from the reduction's
+    identity) and combine the result with the data."""
+    data, indices, updates = inputs
+    m = indices.shape[0]
+    places = tuple(indices.shape[1:])
+    count = 1
+    for e in places:
+        count *= e
+    shape = shape_of(out_type)
+    r = te.reduce_axis(count, name="k")
+
+    def hit(i, y):
+        cond = None
+        for k in range(m):
+            same = loop_ir.equal(te.cast("int64", indices[(k,) + y]), te.cast("int64", i[k]))
+            cond = same if cond is None else cond & same
+        return cond if cond is not None else loop_ir.const(True)
+
+    if attrs.mode == "update":
+        last = te.compute(shape, lambda *i: te.max(
+            te.if_then_else(hit(i, unravel(r, places)), te.cast("int64", r), loop_ir.const(-1, "int64")),
+            axis=[r]), name="scatter_nd_last")
+
+        def body(*i):
+            at = last[i]
+            y = unravel(te.maximum(at, loop_ir.const(0, "int64")), places)
+            return te.if_then_else(at >= 0, updates[y + tuple(i[m:])], data[i])
+        return te.compute(shape, body, name="scatter_nd")
+    import numpy as np
+    dtype = data.dtype
+    highest = float(np.finfo(dtype).max) if is_float(dtype) else int(np.iinfo(dtype).max)
+    reduce, identity, combine = {
+        "add": (te.sum, te.cast(dtype, 0), lambda a, b: a + b),
+        "mul": (te.prod, te.cast(dtype, 1), lambda a, b: a * b),
+        "min": (te.min, loop_ir.const(highest, dtype), te.minimum),
+        "max": (te.max, loop_ir.const(_lowest(dtype), dtype), te.maximum),
+    }[attrs.mode]
+    total = te.compute(shape, lambda *i: reduce(te.if_then_else(
+        hit(i, unravel(r, places)), updates[unravel(r, places) + tuple(i[m:])], identity), axis=[r]),
+        name=f"scatter_nd_{attrs.mode}")
+    return te.compute(shape, lambda *i: combine(data[i], total[i]), name="scatter_nd")
+
+
+def ndarray_size_compute(inputs, attrs, out_type):
+    import numpy as np
+    (x,) = inputs
+    count = 1
+    for e in x.shape:
+        count *= e
+    value = np.array(count).astype(out_type.dtype).item()
+    return te.compute((), lambda *i: loop_ir.const(value, out_type.dtype), name="ndarray_size")
+
+
+def reverse_compute(inputs, attrs, out_type):
+    (x,) = inputs
+    axis = _axis(attrs.axis, x.ndim)
+    n = x.shape[axis]
+    return te.compute(x.shape, lambda *i: x[tuple(i[:axis]) + (n - 1 - i[axis],) + tuple(i[axis + 1:])],
+                      name="reverse")
+
+
+# ---------------------------------------------------------------------------------------------
+# Scans and sorting (transform.py): quadratic gathers, no loop-carried state
+
+def scan_compute(combiner: str):
+    """``cumsum``/``cumprod``: output ``i`` reduces the elements ``j <= i`` (``j < i`` when
+    exclusive) along the axis, in order, the others masked to the identity."""
+    def compute(inputs, attrs, out_type):
+        (x,) = inputs
+        dt = out_type.dtype
+        if attrs.axis is None:
+            flat = te.compute(shape_of(out_type), lambda i: x[unravel(i, x.shape)], name="flatten")
+            x, axis = flat, 0
+        else:
+            axis = _axis(attrs.axis, x.ndim)
+        n = x.shape[axis]
+        j = te.reduce_axis(n, name="j")
+        identity = te.cast(dt, 0 if combiner == "sum" else 1)
+        reduce = te.sum if combiner == "sum" else te.prod
+
+        def body(*i):
+            taken = (j < i[axis]) if attrs.exclusive else (j <= i[axis])
+            value = te.cast(dt, x[tuple(i[:axis]) + (j,) + tuple(i[axis + 1:])])
+            return reduce(te.if_then_else(taken, value, identity), axis=[j])
+        return te.compute(shape_of(out_type), body, name=f"cum{combiner}")
+    compute.__name__ = f"cum{combiner}_compute"
+    return compute
+
+
+def _sort_order(x, axis: int, ascending: bool, k: int, name: str):
+    """The positions that sort ``x`` along ``axis`` (int64), the first ``k`` of them: each
+    element's rank (how many elements go before it: smaller, or equal and earlier), then for
+    each output place the position whose rank it is."""
+    n = x.shape[axis]
+    j = te.reduce_axis(n, name="j")
+
+    def at(i, p):
+        return x[tuple(i[:axis]) + (p,) + tuple(i[axis + 1:])]
+
+    def rank_body(*i):
+        other, mine = at(i, j), x[i]
+        before = (other < mine) if ascending else (other > mine)
+        before = before | (loop_ir.equal(other, mine) & (j < i[axis]))
+        return te.sum(te.if_then_else(before, loop_ir.const(1, "int64"), loop_ir.const(0, "int64")),
+                      axis=[j])
+    rank = te.compute(x.shape, rank_body, name=f"{name}_rank")
+    shape = list(x.shape)
+    shape[axis] = k
+    q = te.reduce_axis(n, name="q")
+
+    def order_body(*i):
+        r = rank[tuple(i[:axis]) + (q,) + tuple(i[axis + 1:])]
+        return te.max(te.if_then_else(loop_ir.equal(r, te.cast("int64", i[axis])), te.cast("int64", q),
+                                      loop_ir.const(0, "int64")), axis=[q])
+    return te.compute(tuple(shape), order_body, name=f"{name}_order")
+
+
+def _sorted_values(x, order, axis: int, name: str):
+    return te.compute(order.shape, lambda *i: x[tuple(i[:axis]) + (order[i],) + tuple(i[axis + 1:])],
+                      name=name)
+
+
+def argsort_compute(inputs, attrs, out_type):
+    (x,) = inputs
+    axis = _axis(attrs.axis, x.ndim)
+    order = _sort_order(x, axis, attrs.is_ascend, x.shape[axis], "argsort")
+    return te.compute(order.shape, lambda *i: te.cast(out_type.dtype, order[i]), name="argsort")
+
+
+def sort_compute(inputs, attrs, out_type):
+    (x,) = inputs
+    axis = _axis(attrs.axis, x.ndim)
+    order = _sort_order(x, axis, attrs.is_ascend, x.shape[axis], "sort")
+    return _sorted_values(x, order, axis, "sort")
+
+
+def topk_compute(inputs, attrs, out_type):
+    (x,) = inputs
+    axis = _axis(attrs.axis, x.ndim)
+    k = attrs.k if attrs.k >= 1 else x.shape[axis]
+    order = _sort_order(x, axis, attrs.is_ascend, k, "topk")
+    if attrs.ret_type == "values":
+        return _sorted_values(x, order, axis, "topk_values")
+    indices = te.compute(order.shape, lambda *i: te.cast(attrs.dtype, order[i]), name="topk_indices")
+    if attrs.ret_type == "indices":
+        return indices
+    return [_sorted_values(x, order, axis, "topk_values"), indices]
+
+
+def collapse_sum_compute(inputs, attrs, out_type):
+    """``collapse_sum_like`` / ``collapse_sum_to``: the output element sums the data over the
+    axes the broadcast added (leading) or widened (extent 1 in the output), in the dtype."""
+    x = inputs[0]
+    out = shape_of(out_type)
+    lead = x.ndim - len(out)
+    raxes = {a: te.reduce_axis(x.shape[a], name=f"k{a}") for a in range(x.ndim)
+             if a < lead or (out[a - lead] == 1 and x.shape[a] != 1)}
+
+    def body(*i):
+        src = tuple(raxes[a] if a in raxes else i[a - lead] for a in range(x.ndim))
+        return te.sum(x[src], axis=list(raxes.values())) if raxes else x[src]
+    return te.compute(out, body, name="collapse_sum")
+
+
+def identity_compute(name: str):
+    """A copy of the single input (``annotation.stop_fusion``: a kernel of its own)."""
+    def compute(inputs, attrs, out_type):
+        (x,) = inputs
+        return te.compute(x.shape, lambda *i: x[i], name=name)
+    compute.__name__ = f"{name}_compute"
+    return compute
+
+
+# ---------------------------------------------------------------------------------------------
+# nn.space_to_depth, nn.depth_to_space (nn.py), in NCHW or NHWC
+
+def _block_compute(to_depth: bool):
+    def compute(inputs, attrs, out_type):
+        from ..ir.layout import Layout
+        (x,) = inputs
+        layout = Layout(attrs.layout)
+        b = attrs.block_size
+        c_in = layout.primal_extents(x.shape)["C"]
+        c_out = layout.primal_extents(shape_of(out_type))["C"]
+
+        def body(*i):
+            o = primal_indices(layout, i)
+            if to_depth:
+                block, c = o["C"] // c_in, o["C"] % c_in
+                src = {"N": o["N"], "C": c, "H": o["H"] * b + block // b, "W": o["W"] * b + block % b}
+            else:
+                by, bx = o["H"] % b, o["W"] % b
+                if attrs.mode == "DCR":
+                    channel = (by * b + bx) * c_out + o["C"]
+                else:
+                    channel = o["C"] * (b * b) + by * b + bx
+                src = {"N": o["N"], "C": channel, "H": o["H"] // b, "W": o["W"] // b}
+            return x[layout_indices(layout, src)]
+        return te.compute(shape_of(out_type), body,
+                          name="space_to_depth" if to_depth else "depth_to_space")
+    compute.__name__ = f"{'space_to_depth' if to_depth else 'depth_to_space'}_compute"
+    return compute
+
+
+space_to_depth_compute = _block_compute(True)
+depth_to_space_compute = _block_compute(False)
+
+
+# ---------------------------------------------------------------------------------------------
+# nn.instance_norm, nn.group_norm, nn.l2_normalize (nn.py)
+
+def _sum_over(body, extents, name_prefix: str):
+    """``te.sum`` of ``body(reduce axes)`` over fresh reduce axes of ``extents`` (the value
+    itself when there are none)."""
+    axes = [te.reduce_axis(e, name=f"{name_prefix}{k}") for k, e in enumerate(extents)]
+    return te.sum(body(axes), axis=axes) if axes else body(axes)
+
+
+def _group_stats(x, kept_shape, source, extents, count: int, name: str):
+    """The mean and the biased variance of each group: ``source(kept, reduce axes)`` indexes
+    ``x`` for a group index ``kept`` and a tap of the ``extents`` it reduces over."""
+    total = te.compute(kept_shape, lambda *k: _sum_over(lambda r: x[source(k, r)], extents, "k"),
+                       name=f"{name}_sum")
+    n = loop_ir.const(float(count), x.dtype)
+    mean = te.compute(kept_shape, lambda *k: total[k] / n, name=f"{name}_mean")
+
+    def squares(*k):
+        def tap(r):
+            d = x[source(k, r)] - mean[k]
+            return d * d
+        return _sum_over(tap, extents, "q")
+    sq = te.compute(kept_shape, squares, name=f"{name}_sq")
+    return mean, sq, n
+
+
+def _normalize_with(x, gamma, beta, attrs, group_of, mean, sq, n, axis, name):
+    eps = loop_ir.const(float(attrs.epsilon), x.dtype)
+
+    def body(*i):
+        k = group_of(i)
+        y = (x[i] - mean[k]) * te.rsqrt(sq[k] / n + eps)
+        if attrs.scale:
+            y = y * gamma[i[axis]]
+        return y + beta[i[axis]] if attrs.center else y
+    return te.compute(x.shape, body, name=name)
+
+
+def instance_norm_compute(inputs, attrs, out_type):
+    x, gamma, beta = inputs
+    _need("nn.instance_norm", x.dtype, is_float(x.dtype), "it needs floating point")
+    axis = _axis(attrs.axis, x.ndim)
+    others = [a for a in range(x.ndim) if a not in (0, axis)]
+    count = 1
+    for a in others:
+        count *= x.shape[a]
+
+    def source(k, r):
+        idx = [None] * x.ndim
+        idx[0], idx[axis] = k[0], k[1]
+        for a, ra in zip(others, r):
+            idx[a] = ra
+        return tuple(idx)
+    mean, sq, n = _group_stats(x, (x.shape[0], x.shape[axis]), source, [x.shape[a] for a in others],
+                               count, "instance_norm")
+    return _normalize_with(x, gamma, beta, attrs, lambda i: (i[0], i[axis]), mean, sq, n, axis,
+                           "instance_norm")
+
+
+def group_norm_compute(inputs, attrs, out_type):
+    x, gamma, beta = inputs
+    _need("nn.group_norm", x.dtype, is_float(x.dtype), "it needs floating point")
+    axis = _axis(attrs.axis, x.ndim)
+    groups = attrs.num_groups
+    per = x.shape[axis] // groups
+    others = [a for a in range(x.ndim) if a not in (0, axis)]
+    count = per
+    for a in others:
+        count *= x.shape[a]
+
+    def source(k, r):
+        idx = [None] * x.ndim
+        idx[0], idx[axis] = k[0], k[1] * per + r[0]
+        for a, ra in zip(others, r[1:]):
+            idx[a] = ra
+        return tuple(idx)
+    mean, sq, n = _group_stats(x, (x.shape[0], groups), source, [per] + [x.shape[a] for a in others],
+                               count, "group_norm")
+    return _normalize_with(x, gamma, beta, attrs, lambda i: (i[0], i[axis] // per), mean, sq, n, axis,
+                           "group_norm")
+
+
+def l2_normalize_compute(inputs, attrs, out_type):
+    (x,) = inputs
+    _need("nn.l2_normalize", x.dtype, is_float(x.dtype), "it needs floating point")
+    axes = sorted({_axis(a, x.ndim) for a in attrs.axis}) if attrs.axis else list(range(x.ndim))
+    kept = tuple(1 if a in axes else e for a, e in enumerate(x.shape))
+
+    def squares(*k):
+        def tap(r):
+            at = dict(zip(axes, r))
+            v = x[tuple(at.get(a, k[a]) for a in range(x.ndim))]
+            return v * v
+        return _sum_over(tap, [x.shape[a] for a in axes], "k")
+    total = te.compute(kept, squares, name="l2_normalize_sum")
+    eps = loop_ir.const(float(attrs.eps), x.dtype)
+    return te.compute(x.shape, lambda *i: x[i] * te.rsqrt(te.maximum(
+        total[tuple(0 if a in axes else i[a] for a in range(x.ndim))], eps)), name="l2_normalize")
+
+
+def slice_like_compute(inputs, attrs, out_type):
+    """The leading corner of the data: output index ``i`` reads the data at ``i``."""
+    x = inputs[0]
+    return te.compute(shape_of(out_type), lambda *i: x[i], name="slice_like")
+
+
+def broadcast_to_like_compute(inputs, attrs, out_type):
+    """``broadcast_to`` of the first input; the second gives only the shape."""
+    return broadcast_to_compute(inputs[:1], attrs, out_type)
+
+
+def conv_transpose_nd_compute(spatial: str, name: str):
+    """Transposed convolution over the axes ``spatial``, gathered as ``conv2d_transpose_compute``
+    does: output position ``y`` sums the input positions ``i`` with ``y + pad_before == i * stride
+    + k * dilation`` per axis, over the input channels of the output channel's group."""
+    def compute(inputs, attrs, out_type):
+        from ..ir.layout import Layout
+        x, w = inputs
+        dl, kl = Layout(attrs.data_layout), Layout(attrs.kernel_layout)
+        ol = Layout(attrs.out_layout or attrs.data_layout)
+        dt = out_type.dtype
+        xext, wext = dl.primal_extents(x.shape), kl.primal_extents(w.shape)
+        cg, og = xext["C"] // attrs.groups, wext["O"]
+        rc = te.reduce_axis(cg, name="rc")
+        window = [te.reduce_axis(wext[a], name=f"r{a.lower()}") for a in spatial]
+
+        def body(*i):
+            out = primal_indices(ol, i)
+            c = out["C"]
+            channel = (c // og) * cg + rc if attrs.groups > 1 else rc
+            at = {"N": out["N"], "C": channel}
+            taps = {"I": channel, "O": c % og if attrs.groups > 1 else c}
+            hit = None
+            for j, (a, r, s, d) in enumerate(zip(spatial, window, attrs.strides, attrs.dilation)):
+                m = out[a] + attrs.padding[j] - r * d
+                pos = m // s
+                ok = loop_ir.equal(m % s, 0) & (m >= 0) & (pos < xext[a])
+                hit = ok if hit is None else hit & ok
+                at[a] = clamp(pos, xext[a])
+                taps[a] = r
+            product = _operand(x[layout_indices(dl, at)], dt) * _operand(w[layout_indices(kl, taps)], dt)
+            return te.sum(te.if_then_else(hit, product, te.cast(dt, 0)), axis=[rc, *window])
+        return te.compute(shape_of(out_type), body, name=name)
+    compute.__name__ = f"{name}_compute"
+    return compute
+
+
+def mirror_pad_compute(inputs, attrs, out_type):
+    """``nn.mirror_pad``: an index before the data reads its mirror image (``-j - 1`` for
+    SYMMETRIC, ``-j`` for REFLECT), likewise past the end."""
+    (x,) = inputs
+    shift = 1 if attrs.mode == "SYMMETRIC" else 0
+
+    def body(*i):
+        src = []
+        for index, extent, (before, _) in zip(i, x.shape, attrs.pad_width):
+            j = index - before
+            j = te.if_then_else(j < 0, -j - shift, j)
+            src.append(te.if_then_else(j >= extent, 2 * extent - 2 + shift - j, j))
+        return x[tuple(src)]
+    return te.compute(shape_of(out_type), body, name="mirror_pad")

@@ -1,4 +1,5 @@
-"""Image operators (``image.*``): ``image.resize2d``.
+"""Image operators (``image.*``): ``image.resize2d``, and ``image.resize1d`` / ``image.resize3d``
+(the same attributes and formulas over one or three spatial axes; see the end of the file).
 
 >>> import relaybench as rb
 >>> from relaybench.ir.type_infer import infer_expr
@@ -44,7 +45,7 @@ from . import _compute as C
 from ._rel import as_int, fail, int_tuple, known, relation, tensor
 from .registry import OpDef, OpPattern, register
 
-__all__ = ["resize2d"]
+__all__ = ["resize1d", "resize2d", "resize3d"]
 
 _METHODS = ("nearest_neighbor", "linear", "cubic")
 _COORDINATE_MODES = ("half_pixel", "align_corners", "asymmetric", "pytorch_half_pixel",
@@ -240,3 +241,136 @@ resize2d = register(OpDef(
         "picks the nearest pixel (``round``, ``round_prefer_floor``, ``round_prefer_ceil``, "
         "``floor``, ``ceil``; empty: ``round`` for align_corners, else ``floor``). See the module "
         "docstring for the formulas."))
+
+
+# ---- image.resize1d, image.resize3d: the same over one or three spatial axes -------------------
+
+def _normalize_resize_nd(spatial: str, default_layout: str):
+    n = len(spatial)
+
+    def normalize(a: dict) -> dict:
+        if a["size"] is not None:
+            a["size"] = int_tuple(a["size"], (n,), "size", minimum=1)
+        roi = (0.0,) * (2 * n) if a["roi"] is None else a["roi"]
+        if not isinstance(roi, (list, tuple)) or len(roi) != 2 * n:
+            raise ValueError(f"roi must have {2 * n} values (the starts of {', '.join(spatial)}, then "
+                             f"their ends), got {roi!r}")
+        a["roi"] = tuple(_number(v, "roi") for v in roi)
+        if not isinstance(a["layout"], str):
+            raise ValueError(f"layout must be a layout string, got {a['layout']!r}")
+        layout = Layout(a["layout"])
+        if sorted(layout.primal) != sorted(default_layout):
+            raise ValueError(f"layout={a['layout']!r} must have the axes {', '.join(default_layout)}")
+        if any(layout.factor_of(s) for s in spatial):
+            raise ValueError(f"layout={a['layout']!r} splits a spatial axis; only C (and N) may be "
+                             f"blocked")
+        a["method"] = _choice(a["method"], "method", _METHODS)
+        a["coordinate_transformation_mode"] = _choice(
+            a["coordinate_transformation_mode"], "coordinate_transformation_mode", _COORDINATE_MODES)
+        a["rounding_method"] = _choice(a["rounding_method"], "rounding_method", _ROUNDING)
+        a["cubic_alpha"] = _number(a["cubic_alpha"], "cubic_alpha")
+        a["cubic_exclude"] = as_int(a["cubic_exclude"], "cubic_exclude", minimum=0)
+        if a["cubic_exclude"] > 1:
+            raise ValueError(f"cubic_exclude must be 0 or 1, got {a['cubic_exclude']}")
+        a["extrapolation_value"] = _number(a["extrapolation_value"], "extrapolation_value")
+        a["out_dtype"] = "" if a["out_dtype"] in ("", None) else check_dtype(a["out_dtype"])
+        return a
+    return normalize
+
+
+def _resize_nd_rel(spatial: str, name: str):
+    @relation(name)
+    def rel(types, attrs):
+        (data,) = types
+        if not known(data):
+            return None
+        data = tensor(data, "data")
+        if attrs.size is None:
+            fail(f"size (the output extents of {', '.join(spatial)}) is not given")
+        layout = Layout(attrs.layout)
+        try:
+            extents = layout.primal_extents(data.shape)
+        except ValueError as err:
+            fail(f"data {data} does not fit layout {attrs.layout}: {err}")
+        for axis, size in zip(spatial, attrs.size):
+            extents[axis] = size
+        return TensorType(layout.shape_from_extents(extents), attrs.out_dtype or data.dtype)
+    rel.__doc__ = (f"``{name}``: data's shape with {', '.join(spatial)} replaced by ``size``; dtype "
+                   f"``out_dtype`` (or the data's).")
+    return rel
+
+
+def _resize_ncs(x, attrs):
+    """Resize the trailing spatial axes of ``x`` (``N, C, *spatial``), as ``_resize_nchw`` does
+    for two: the nearest element, or the neighbours weighted axis by axis (the last innermost)."""
+    n_sp = x.ndim - 2
+    mode, roi = attrs.coordinate_transformation_mode, attrs.roi
+    calc = np.float64 if x.dtype == np.float64 else np.float32
+    data = x.astype(calc)
+    extents = x.shape[2:]
+    coords = [_source_coords(out, n, mode, roi[j], roi[n_sp + j])
+              for j, (out, n) in enumerate(zip(attrs.size, extents))]
+    if attrs.method == "nearest_neighbor":
+        rounding = attrs.rounding_method or ("round" if mode == "align_corners" else "floor")
+        near = [np.clip(_round_nearest(c, rounding), 0, n - 1) for c, n in zip(coords, extents)]
+        out = data[(slice(None), slice(None)) + np.ix_(*near)]
+    else:
+        count = 2 if attrs.method == "linear" else 4
+        taps = [_taps(c, n, count, calc, attrs.cubic_alpha, attrs.cubic_exclude)
+                for c, n in zip(coords, extents)]
+
+        def combine(k, part):
+            if k == n_sp:
+                return part
+            total = None
+            for index, weight in zip(*taps[k]):
+                shape = [1] * part.ndim
+                shape[2 + k] = -1
+                term = combine(k + 1, np.take(part, index, axis=2 + k)) * weight.reshape(shape)
+                total = term if total is None else total + term
+            return total
+        out = combine(0, data)
+    if mode == "tf_crop_and_resize":
+        outside = np.zeros(out.shape[2:], dtype=bool)
+        for k, (c, n) in enumerate(zip(coords, extents)):
+            shape = [1] * n_sp
+            shape[k] = -1
+            outside = outside | ((c < 0) | (c > n - 1)).reshape(shape)
+        out = np.where(outside, calc(attrs.extrapolation_value), out)
+    return out.astype(attrs.out_dtype or x.dtype)
+
+
+def _resize_nd_reference(spatial: str):
+    canonical = "NC" + spatial
+
+    def reference(x, attrs):
+        layout = Layout(attrs.layout)
+        out = _resize_ncs(layout.transform_array(x, canonical), attrs)
+        return np.ascontiguousarray(Layout(canonical).transform_array(out, layout))
+    return reference
+
+
+def _resize_nd_attrs(spatial: str) -> dict:
+    return {"size": None, "roi": None, "layout": "NC" + spatial, "method": "linear",
+            "coordinate_transformation_mode": "half_pixel", "rounding_method": "",
+            "cubic_alpha": -0.5, "cubic_exclude": 0, "extrapolation_value": 0.0, "out_dtype": ""}
+
+
+resize1d = register(OpDef(
+    "image.resize1d", ("data",), _resize_nd_rel("W", "Resize1DRel"), OpPattern.INJECTIVE,
+    attrs=_resize_nd_attrs("W"), normalize=_normalize_resize_nd("W", "NCW"),
+    reference=_resize_nd_reference("W"), compute=C.resize_nd_compute("W", "resize1d"),
+    support_level=5,
+    doc="Resize the W axis of a batch of 1-d signals (``NCW``, ``NWC``, ``NCW16c``) to ``size`` "
+        "(one value), with the attributes and formulas of ``image.resize2d``; ``roi`` is "
+        "(start_w, end_w)."))
+
+resize3d = register(OpDef(
+    "image.resize3d", ("data",), _resize_nd_rel("DHW", "Resize3DRel"), OpPattern.INJECTIVE,
+    attrs=_resize_nd_attrs("DHW"), normalize=_normalize_resize_nd("DHW", "NCDHW"),
+    reference=_resize_nd_reference("DHW"), compute=C.resize_nd_compute("DHW", "resize3d"),
+    support_level=5,
+    doc="Resize the D, H and W axes of a batch of volumes (``NCDHW``, ``NDHWC``) to ``size`` "
+        "(three values), with the attributes and formulas of ``image.resize2d`` (``linear`` is "
+        "trilinear: W innermost, then H, then D); ``roi`` is (start_d, start_h, start_w, end_d, "
+        "end_h, end_w)."))

@@ -19,6 +19,16 @@ Tensor[(1, 64, 56, 56), float32]
 Tensor[(n, 10), float32]
 >>> infer_expr(batch_norm(x, *[rb.var(f"p{i}") for i in range(4)]))
 (Tensor[(1, 3, 224, 224), float32], Tensor[(3), float32], Tensor[(3), float32])
+
+The 1-D and 3-D convolutions and poolings are the same definitions over the axes ``W`` and
+``DHW``; ``padding`` lists every axis's front pad, then every axis's back pad:
+
+>>> v = rb.var("v", shape=(1, 3, 16, 32, 32))
+>>> infer_expr(max_pool3d(conv3d(v, rb.var("k"), padding=1, channels=8, kernel_size=3), pool_size=2,
+...                       strides=2))
+Tensor[(1, 8, 8, 16, 16), float32]
+>>> infer_expr(upsampling(x, scale_h=2.0, scale_w=0.5))
+Tensor[(1, 3, 448, 112), float32]
 """
 
 from __future__ import annotations
@@ -29,9 +39,8 @@ from numpy.lib.stride_tricks import sliding_window_view
 from ..ir.layout import Layout
 from ..ir.symbolic import ANY, add, floordiv, format_dim, mul, prod, sub
 from ..ir.types import TensorType, TupleType, check_dtype
-from ..passes._layout_rules import (batch_norm_layout, bias_add_layout, conv2d_layout, dropout_layout,
-                                    elemwise_layout, original_layout, pad_layout, pool_layout,
-                                    softmax_layout)
+from ._layout import (batch_norm_layout, bias_add_layout, conv2d_layout, dropout_layout,
+                      elemwise_layout, original_layout, pad_layout, pool_layout, softmax_layout)
 from ._rel import (as_int, fail, fmt_shape, int_tuple, known, normalize_axis, provably_different,
                    relation, same_dim, tensor)
 from . import _compute as C
@@ -41,7 +50,11 @@ from .tensor import identity_rel
 __all__ = ["relu", "leaky_relu", "prelu", "bias_add", "conv2d", "conv2d_transpose", "dense", "matmul",
            "batch_matmul", "max_pool2d", "avg_pool2d", "global_max_pool2d", "global_avg_pool2d",
            "adaptive_avg_pool2d", "softmax", "log_softmax", "batch_norm", "layer_norm", "dropout", "lrn",
-           "pad", "batch_flatten", "conv2d_output_hw", "pool2d_output_hw"]
+           "pad", "batch_flatten", "conv2d_output_hw", "pool2d_output_hw", "conv1d", "conv3d",
+           "max_pool1d", "max_pool3d", "avg_pool1d", "avg_pool3d", "adaptive_max_pool1d",
+           "adaptive_avg_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d", "adaptive_avg_pool3d",
+           "upsampling", "upsampling3d", "space_to_depth", "depth_to_space", "instance_norm",
+           "group_norm", "l2_normalize", "conv1d_transpose", "conv3d_transpose", "mirror_pad"]
 
 
 # =============================================================================================
@@ -1171,3 +1184,853 @@ batch_flatten = register(OpDef(
     reference=lambda x, attrs: x.reshape(x.shape[0], int(np.prod(x.shape[1:]))),
     compute=C.batch_flatten_compute, layout=original_layout,
     doc="Flatten every axis but the first: ``[N, d1, d2, ...]`` -> ``[N, d1 * d2 * ...]``."))
+
+
+# =============================================================================================
+# 1-D and 3-D convolution and pooling: nn.conv1d, nn.conv3d, nn.max_pool1d/3d, nn.avg_pool1d/3d,
+# nn.adaptive_{max,avg}_pool1d/2d/3d.
+#
+# One definition per family, made for the spatial axes ``W`` (1-D), ``HW`` or ``DHW`` (3-D):
+# Relay's attributes keep one value per spatial axis, and ``padding`` holds every axis's front
+# pad, then every axis's back pad (``(front, top, left, back, bottom, right)`` in 3-D).
+
+_AXIS_NAMES = {"D": "depth", "H": "height", "W": "width"}
+
+
+def _spatial_padding_attr(value, n: int, name: str = "padding") -> tuple:
+    """1 value, ``n`` values (the same before and after) or ``2n`` (befores, then afters) as
+    ``2n`` values."""
+    pad = int_tuple(value, (1, n, 2 * n), name, minimum=0)
+    if len(pad) == 1:
+        return pad * (2 * n)
+    if len(pad) == n:
+        return pad + pad
+    return pad
+
+
+def _whole_axes_layout_attr(name: str, value, axes: str, spatial: str, allow_empty=False) -> str:
+    """A layout over exactly ``axes`` whose spatial axes are not split into blocks."""
+    value = _layout_attr(name, value, axes, allow_empty)
+    if value:
+        layout = Layout(value)
+        split = [a for a in spatial if layout.factor_of(a)]
+        if split:
+            raise ValueError(f"{name}={value!r} splits {split[0]} into blocks; the spatial axes "
+                             f"must stay whole")
+    return value
+
+
+def _normalize_conv_nd(spatial: str):
+    n = len(spatial)
+
+    def normalize(a: dict) -> dict:
+        a["strides"] = int_tuple(a["strides"], (n,), "strides", minimum=1)
+        a["padding"] = _spatial_padding_attr(a["padding"], n)
+        a["dilation"] = int_tuple(a["dilation"], (n,), "dilation", minimum=1)
+        a["groups"] = as_int(a["groups"], "groups", minimum=1)
+        if a["channels"] is not None:
+            a["channels"] = as_int(a["channels"], "channels", minimum=1)
+        if a["kernel_size"] is not None:
+            a["kernel_size"] = int_tuple(a["kernel_size"], (n,), "kernel_size", minimum=1)
+        a["data_layout"] = _layout_attr("data_layout", a["data_layout"], "NC" + spatial)
+        a["kernel_layout"] = _layout_attr("kernel_layout", a["kernel_layout"], "OI" + spatial)
+        a["out_layout"] = _layout_attr("out_layout", a["out_layout"], "NC" + spatial, allow_empty=True)
+        a["out_dtype"] = _out_dtype_attr(a["out_dtype"])
+        return a
+    return normalize
+
+
+def _conv_nd_rel(spatial: str, name: str):
+    """The type relation of an N-d convolution over ``spatial``: shapes are converted to
+    ``NC<spatial>`` (data) and ``OI<spatial>`` (weight), checked, and the output converted to
+    ``out_layout``; ``channels`` and ``kernel_size`` imply the weight's type."""
+    data_axes, kernel_axes = "NC" + spatial, "OI" + spatial
+    n_sp = len(spatial)
+
+    @relation(name)
+    def rel(types, attrs):
+        data, weight = types
+        if not known(data):
+            return None
+        data = tensor(data, "data")
+        dl = Layout(attrs.data_layout)
+        if data.ndim != dl.ndim:
+            fail(f"data {data} has rank {data.ndim} but data_layout {dl} needs rank {dl.ndim}")
+        n, c, *extents = _convert(data.shape, dl, data_axes, f"data {data}")
+        groups = attrs.groups
+        if isinstance(c, int) and c % groups:
+            fail(f"data has {c} input channels, which groups={groups} does not divide")
+        c_per_group = floordiv(c, groups)
+        implied = None
+        if attrs.channels is not None and attrs.kernel_size is not None:
+            implied = _implied_weight((attrs.channels, c_per_group), kernel_axes, attrs, data.dtype)
+        if known(weight):
+            weight = tensor(weight, "weight")
+            kl = Layout(attrs.kernel_layout)
+            if weight.ndim != kl.ndim:
+                fail(f"weight {weight} has rank {weight.ndim} but kernel_layout {kl} needs rank "
+                     f"{kl.ndim}")
+            o, i, *ks = _convert(weight.shape, kl, kernel_axes, f"weight {weight}")
+            if attrs.kernel_size is not None and any(provably_different(k, g) for k, g in
+                                                     zip(ks, attrs.kernel_size)):
+                fail(f"kernel_size={attrs.kernel_size} but the weight's kernel is {fmt_shape(ks)}")
+            if attrs.channels is not None and provably_different(o, attrs.channels):
+                fail(f"channels={attrs.channels} but the weight has {format_dim(o)} output channels")
+            if not same_dim(c_per_group, i):
+                if groups == 1:
+                    fail(f"data has {format_dim(c)} input channels but the weight expects "
+                         f"{format_dim(i)}")
+                fail(f"data has {format_dim(c)} input channels in {groups} groups "
+                     f"({format_dim(c_per_group)} per group) but the weight expects {format_dim(i)} "
+                     f"per group")
+            if isinstance(o, int) and o % groups:
+                fail(f"the weight's {o} output channels are not divisible by groups={groups}")
+            channels = o
+        elif implied is not None:
+            channels, ks = attrs.channels, list(attrs.kernel_size)
+        else:
+            return None
+        out_extents = [_window_extent(e, k, s, d, attrs.padding[j], attrs.padding[n_sp + j],
+                                      _AXIS_NAMES[a], "the kernel")
+                       for j, (a, e, k, s, d) in enumerate(zip(spatial, extents, ks, attrs.strides,
+                                                               attrs.dilation))]
+        ol = attrs.out_layout or attrs.data_layout
+        oshape = _convert((n, channels, *out_extents), Layout(data_axes), ol, f"the output in layout {ol}")
+        out = TensorType(oshape, attrs.out_dtype or data.dtype)
+        return out if known(weight) else [data, implied, out]
+    rel.__doc__ = (f"``{name}``: data in ``data_layout`` (axes {data_axes}), weight in "
+                   f"``kernel_layout`` (axes {kernel_axes}); each output extent is Relay's window "
+                   f"count ``(in + pads - ((k - 1) * dilation + 1)) // stride + 1``.")
+    return rel
+
+
+def _conv_nd(x, w, strides, padding, dilation, groups, out_dtype):
+    """Grouped N-d convolution of ``NC<spatial>`` data with an ``OI<spatial>`` weight: per group,
+    the windows of the padded data contracted with the kernels (in the accumulator dtype)."""
+    acc = _accumulator((x.dtype, w.dtype), out_dtype)
+    n_sp = x.ndim - 2
+    xp = _pad_axes(_operand(x, acc, out_dtype), {2 + j: (padding[j], padding[n_sp + j])
+                                                 for j in range(n_sp)})
+    o, cg = w.shape[:2]
+    ks = tuple(w.shape[2:])
+    win = _windows(xp, tuple(range(2, 2 + n_sp)), ks, strides, dilation)   # N, C, *out, *k
+    og = o // groups
+    kernels = _operand(w, acc, out_dtype)
+    window_axes = list(range(2 + n_sp, 2 + 2 * n_sp))
+    parts = []
+    for g in range(groups):
+        part = np.tensordot(win[:, g * cg:(g + 1) * cg], kernels[g * og:(g + 1) * og],
+                            axes=([1] + window_axes, [1] + list(range(2, 2 + n_sp))))
+        parts.append(np.moveaxis(part, -1, 1))                            # N, og, *out
+    return _finish(np.concatenate(parts, axis=1), out_dtype)
+
+
+def _conv_nd_reference(spatial: str):
+    def reference(x, w, attrs):
+        xn = Layout(attrs.data_layout).transform_array(x, "NC" + spatial)
+        wn = Layout(attrs.kernel_layout).transform_array(w, "OI" + spatial)
+        y = _conv_nd(xn, wn, attrs.strides, attrs.padding, attrs.dilation, attrs.groups,
+                     attrs.out_dtype or x.dtype.name)
+        return np.ascontiguousarray(Layout("NC" + spatial).transform_array(
+            y, attrs.out_layout or attrs.data_layout))
+    return reference
+
+
+def _conv_nd_attrs(spatial: str) -> dict:
+    n = len(spatial)
+    return {"strides": (1,) * n, "padding": (0,) * n, "dilation": (1,) * n, "groups": 1,
+            "channels": None, "kernel_size": None, "data_layout": "NC" + spatial,
+            "kernel_layout": "OI" + spatial, "out_layout": "", "out_dtype": ""}
+
+
+conv1d = register(OpDef(
+    "nn.conv1d", ("data", "weight"), _conv_nd_rel("W", "Conv1DRel"), OpPattern.OUT_ELEMWISE_FUSABLE,
+    attrs=_conv_nd_attrs("W"), normalize=_normalize_conv_nd("W"), reference=_conv_nd_reference("W"),
+    compute=C.conv_nd_compute("W", "conv1d"), layout=conv2d_layout,
+    doc="1-D convolution, like ``nn.conv2d`` over the W axis: data ``NCW`` (or ``NWC``), weight "
+        "``OIW`` (or ``WIO``); ``padding`` is 1 value or 2 (left, right)."))
+
+conv3d = register(OpDef(
+    "nn.conv3d", ("data", "weight"), _conv_nd_rel("DHW", "Conv3DRel"), OpPattern.OUT_ELEMWISE_FUSABLE,
+    attrs=_conv_nd_attrs("DHW"), normalize=_normalize_conv_nd("DHW"),
+    reference=_conv_nd_reference("DHW"), compute=C.conv_nd_compute("DHW", "conv3d"),
+    layout=conv2d_layout,
+    doc="3-D convolution, like ``nn.conv2d`` over D, H and W: data ``NCDHW`` (or ``NDHWC``), "
+        "weight ``OIDHW`` (or ``DHWIO``); ``padding`` is 1, 3 (each axis's pad on both sides) or 6 "
+        "values (front, top, left, back, bottom, right); ``groups`` splits the channels."))
+
+
+def _normalize_pool_nd(spatial: str, default_layout: str):
+    n = len(spatial)
+
+    def normalize(a: dict) -> dict:
+        a["pool_size"] = int_tuple(a["pool_size"], (n,), "pool_size", minimum=1)
+        a["strides"] = int_tuple(a["strides"], (n,), "strides", minimum=1)
+        a["dilation"] = int_tuple(a["dilation"], (n,), "dilation", minimum=1)
+        a["padding"] = _spatial_padding_attr(a["padding"], n)
+        a["layout"] = _whole_axes_layout_attr("layout", a["layout"], default_layout, spatial)
+        a["out_layout"] = _whole_axes_layout_attr("out_layout", a["out_layout"], default_layout, spatial,
+                                                  allow_empty=True)
+        a["ceil_mode"] = _bool_attr(a["ceil_mode"], "ceil_mode")
+        if "count_include_pad" in a:
+            a["count_include_pad"] = _bool_attr(a["count_include_pad"], "count_include_pad")
+        return a
+    return normalize
+
+
+def _pool_nd_data(data, attrs, spatial: str):
+    """The data's type, its layout and the positions of the spatial axes in it."""
+    data = tensor(data, "data")
+    layout = Layout(attrs.layout)
+    if data.ndim != layout.ndim:
+        fail(f"data {data} has rank {data.ndim} but layout {layout} needs rank {layout.ndim}")
+    try:
+        layout.primal_extents(data.shape)
+    except ValueError as err:
+        fail(f"data {data}: {err}")
+    return data, layout, [layout.index_of(a) for a in spatial]
+
+
+def _pool_nd_rel(spatial: str, name: str):
+    n_sp = len(spatial)
+
+    @relation(name)
+    def rel(types, attrs):
+        (data,) = types
+        if not known(data):
+            return None
+        data, layout, axes = _pool_nd_data(data, attrs, spatial)
+        shape = list(data.shape)
+        for j, (a, axis) in enumerate(zip(spatial, axes)):
+            shape[axis] = _window_extent(shape[axis], attrs.pool_size[j], attrs.strides[j],
+                                         attrs.dilation[j], attrs.padding[j], attrs.padding[n_sp + j],
+                                         _AXIS_NAMES[a], "the pooling window", attrs.ceil_mode)
+        return _pool_out(data, layout, tuple(shape), attrs)
+    rel.__doc__ = (f"``{name}``: each of the axes {', '.join(spatial)} becomes its number of "
+                   f"windows (see :func:`pool2d_output_hw`).")
+    return rel
+
+
+def _pool_nd_geometry(x, attrs, axes):
+    """Per spatial axis ``(axis, extent, pad_before, pad_after, extra)``, ``extra`` what
+    ``ceil_mode``'s last window needs past the declared padding."""
+    n_sp = len(axes)
+    geometry = []
+    for j, axis in enumerate(axes):
+        k, s, d = attrs.pool_size[j], attrs.strides[j], attrs.dilation[j]
+        before, after, extent = attrs.padding[j], attrs.padding[n_sp + j], x.shape[axis]
+        span = extent + before + after - ((k - 1) * d + 1)
+        out = (span + (s - 1 if attrs.ceil_mode else 0)) // s + 1
+        extra = max(0, (out - 1) * s + (k - 1) * d + 1 - (extent + before + after))
+        geometry.append((axis, extent, before, after, extra))
+    return geometry
+
+
+def _max_pool_nd_reference(spatial: str):
+    def reference(x, attrs):
+        axes = [Layout(attrs.layout).index_of(a) for a in spatial]
+        geometry = _pool_nd_geometry(x, attrs, axes)
+        xp = _pad_axes(x, {axis: (b, a + extra) for axis, _, b, a, extra in geometry}, _lowest(x.dtype))
+        taps = tuple(range(-len(axes), 0))
+        y = _windows(xp, tuple(axes), attrs.pool_size, attrs.strides, attrs.dilation).max(axis=taps)
+        return _relayout(y, attrs)
+    return reference
+
+
+def _avg_pool_nd_reference(spatial: str):
+    def reference(x, attrs):
+        axes = [Layout(attrs.layout).index_of(a) for a in spatial]
+        geometry = _pool_nd_geometry(x, attrs, axes)
+        xp = _pad_axes(x.astype(np.float64), {axis: (b, a + extra) for axis, _, b, a, extra in geometry})
+        taps = tuple(range(-len(axes), 0))
+        sums = _windows(xp, tuple(axes), attrs.pool_size, attrs.strides, attrs.dilation).sum(axis=taps)
+        count = np.ones((1,) * sums.ndim)
+        for (axis, extent, before, after, extra), k, s, d in zip(geometry, attrs.pool_size,
+                                                                attrs.strides, attrs.dilation):
+            mask = np.zeros(before + extent + after + extra)
+            if attrs.count_include_pad:
+                mask[:before + extent + after] = 1
+            else:
+                mask[before:before + extent] = 1
+            count = count * _along(sums, _windows(mask, (0,), (k,), (s,), (d,)).sum(axis=-1), axis)
+        return _relayout(_mean_as(sums / np.maximum(count, 1), x.dtype), attrs)
+    return reference
+
+
+def _pool_nd_attrs(spatial: str, layout: str) -> dict:
+    n = len(spatial)
+    return {"pool_size": (1,) * n, "strides": (1,) * n, "dilation": (1,) * n, "padding": (0,) * n,
+            "layout": layout, "out_layout": "", "ceil_mode": False}
+
+
+for _spatial, _layout_name, _rank in (("W", "NCW", "1d"), ("DHW", "NCDHW", "3d")):
+    globals()[f"max_pool{_rank}"] = register(OpDef(
+        f"nn.max_pool{_rank}", ("data",), _pool_nd_rel(_spatial, f"MaxPool{_rank.upper()}Rel"),
+        OpPattern.OUT_ELEMWISE_FUSABLE, attrs=_pool_nd_attrs(_spatial, _layout_name),
+        normalize=_normalize_pool_nd(_spatial, _layout_name),
+        reference=_max_pool_nd_reference(_spatial),
+        compute=C.pool_nd_compute("max", _spatial, f"nn.max_pool{_rank}"), layout=pool_layout,
+        doc=f"The maximum over each ``pool_size`` window of the axes {', '.join(_spatial)} of a "
+            f"``{_layout_name}`` layout (or any permutation keeping them whole), as "
+            f"``nn.max_pool2d``: ``padding`` is 1, {len(_spatial)} or {2 * len(_spatial)} values "
+            f"(befores, then afters), ``ceil_mode`` adds a last partial window."))
+    globals()[f"avg_pool{_rank}"] = register(OpDef(
+        f"nn.avg_pool{_rank}", ("data",), _pool_nd_rel(_spatial, f"AvgPool{_rank.upper()}Rel"),
+        OpPattern.OUT_ELEMWISE_FUSABLE,
+        attrs=dict(_pool_nd_attrs(_spatial, _layout_name), count_include_pad=False),
+        normalize=_normalize_pool_nd(_spatial, _layout_name),
+        reference=_avg_pool_nd_reference(_spatial),
+        compute=C.pool_nd_compute("avg", _spatial, f"nn.avg_pool{_rank}"), layout=pool_layout,
+        doc=f"The mean over each window of the axes {', '.join(_spatial)}, as ``nn.avg_pool2d``: "
+            f"the divisor counts the window's taps on the input, and with ``count_include_pad`` "
+            f"those on the declared padding too."))
+
+
+def _normalize_adaptive_nd(spatial: str, default_layout: str):
+    n = len(spatial)
+
+    def normalize(a: dict) -> dict:
+        a["layout"] = _whole_axes_layout_attr("layout", a["layout"], default_layout, spatial)
+        a["out_layout"] = _whole_axes_layout_attr("out_layout", a["out_layout"], default_layout,
+                                                  spatial, allow_empty=True)
+        size = a["output_size"]
+        if size is not None:
+            size = size if isinstance(size, tuple) else (size,)
+            if len(size) not in (0, 1, n):
+                raise ValueError(f"output_size must have 1 or {n} values, got {a['output_size']!r}")
+            size = tuple(None if s is None else as_int(s, "output_size", minimum=1) for s in size)
+            a["output_size"] = (size * n if len(size) == 1 else size) or None
+        return a
+    return normalize
+
+
+def _adaptive_nd_rel(spatial: str, name: str):
+    @relation(name)
+    def rel(types, attrs):
+        (data,) = types
+        if not known(data):
+            return None
+        data, layout, axes = _pool_nd_data(data, attrs, spatial)
+        shape = list(data.shape)
+        for axis, size in zip(axes, attrs.output_size or (None,) * len(axes)):
+            if size is not None:
+                shape[axis] = size
+        return _pool_out(data, layout, tuple(shape), attrs)
+    rel.__doc__ = (f"``{name}``: the axes {', '.join(spatial)} become ``output_size`` (one value "
+                   f"for all; an omitted or None entry keeps the input's extent).")
+    return rel
+
+
+def _bin_max(x, axis: int, out: int):
+    """The maximum over each of PyTorch's adaptive bins along ``axis``."""
+    n = x.shape[axis]
+    parts = [np.take(x, np.arange((i * n) // out, -((-(i + 1) * n) // out)), axis=axis).max(
+        axis=axis, keepdims=True) for i in range(out)]
+    return np.concatenate(parts, axis=axis)
+
+
+def _adaptive_nd_reference(kind: str, spatial: str):
+    def reference(x, attrs):
+        layout = Layout(attrs.layout)
+        axes = [layout.index_of(a) for a in spatial]
+        sizes = [x.shape[a] if s is None else s
+                 for a, s in zip(axes, attrs.output_size or (None,) * len(axes))]
+        if kind == "max":
+            y = x
+            for axis, size in zip(axes, sizes):
+                y = _bin_max(y, axis, size)
+            return _relayout(y, attrs)
+        sums, count = x.astype(np.float64), np.ones((1,) * x.ndim)
+        for axis, size in zip(axes, sizes):
+            sums, lengths = _bin_sums(sums, axis, size)
+            count = count * _along(sums, lengths, axis)
+        return _relayout(_mean_as(sums / count, x.dtype), attrs)
+    return reference
+
+
+for _spatial, _layout_name, _rank in (("W", "NCW", "1d"), ("HW", "NCHW", "2d"), ("DHW", "NCDHW", "3d")):
+    for _kind, _word in (("max", "maximum"), ("avg", "mean")):
+        _name = f"nn.adaptive_{_kind}_pool{_rank}"
+        if _name == "nn.adaptive_avg_pool2d":          # defined above, with its own compute
+            continue
+        globals()[_name[3:]] = register(OpDef(
+            _name, ("data",), _adaptive_nd_rel(_spatial, f"AdaptivePool{_rank.upper()}Rel"),
+            OpPattern.OUT_ELEMWISE_FUSABLE,
+            attrs={"output_size": None, "layout": _layout_name, "out_layout": ""},
+            normalize=_normalize_adaptive_nd(_spatial, _layout_name),
+            reference=_adaptive_nd_reference(_kind, _spatial),
+            compute=C.adaptive_pool_nd_compute(_kind, _spatial, _name), layout=pool_layout,
+            doc=f"The {_word} over ``output_size`` bins of the axes {', '.join(_spatial)}, PyTorch's "
+                f"bins as ``nn.adaptive_avg_pool2d``: output position ``i`` of ``o`` covers input "
+                f"positions ``floor(i * n / o)`` to ``ceil((i + 1) * n / o)`` (exclusive)."))
+del _spatial, _layout_name, _rank, _kind, _word, _name
+
+
+# =============================================================================================
+# nn.upsampling, nn.upsampling3d: image.resize2d / image.resize3d by a scale
+
+def _scaled(extent, scale: float, axis: str):
+    """Relay's output extent: ``round(extent * scale)``, halves to even (``nearbyint``)."""
+    if not isinstance(extent, int):
+        return ANY
+    out = int(np.rint(extent * scale))
+    if out < 1:
+        fail(f"the output's {axis} would be {out} ({extent} * {scale})")
+    return out
+
+
+def _normalize_upsampling(spatial: str, default_layout: str, methods: tuple):
+    def normalize(a: dict) -> dict:
+        for axis in spatial:
+            key = f"scale_{axis.lower()}"
+            a[key] = _float_attr(a[key], key)
+            if not a[key] > 0:
+                raise ValueError(f"{key} must be positive, got {a[key]}")
+        a["layout"] = _whole_axes_layout_attr("layout", a["layout"], default_layout, spatial)
+        if a["method"] not in methods:
+            raise ValueError(f"method must be one of {', '.join(map(repr, methods))}, got "
+                             f"{a['method']!r}")
+        if "align_corners" in a:
+            a["align_corners"] = _bool_attr(a["align_corners"], "align_corners")
+        if "coordinate_transformation_mode" in a:
+            from .image import _COORDINATE_MODES
+            if a["coordinate_transformation_mode"] not in _COORDINATE_MODES[:4]:
+                raise ValueError(f"coordinate_transformation_mode must be one of "
+                                 f"{', '.join(map(repr, _COORDINATE_MODES[:4]))}, got "
+                                 f"{a['coordinate_transformation_mode']!r}")
+        return a
+    return normalize
+
+
+def _upsampling_rel(spatial: str, name: str):
+    @relation(name)
+    def rel(types, attrs):
+        (data,) = types
+        if not known(data):
+            return None
+        data, layout, axes = _pool_nd_data(data, attrs, spatial)
+        shape = list(data.shape)
+        for a, axis in zip(spatial, axes):
+            shape[axis] = _scaled(shape[axis], getattr(attrs, f"scale_{a.lower()}"), _AXIS_NAMES[a])
+        return TensorType(tuple(shape), data.dtype)
+    rel.__doc__ = (f"``{name}``: each of the axes {', '.join(spatial)} becomes "
+                   f"``round(extent * scale)``.")
+    return rel
+
+
+def _as_resize_attrs(spatial: str, attrs, shape):
+    """The ``image.resize{1,2,3}d`` attributes an upsampling of input ``shape`` is (as TOPI
+    computes it: the sizes rounded, ``bilinear``/``trilinear`` as ``linear``, ``bicubic`` as
+    ``cubic``, ``align_corners`` as that coordinate mode and otherwise ``asymmetric``)."""
+    from .registry import get_opdef
+    layout = Layout(attrs.layout)
+    size = tuple(int(np.rint(shape[layout.index_of(a)] * getattr(attrs, f"scale_{a.lower()}")))
+                 for a in spatial)
+    method = {"bilinear": "linear", "trilinear": "linear", "bicubic": "cubic"}.get(attrs.method,
+                                                                                   attrs.method)
+    if "align_corners" in attrs:
+        mode = "align_corners" if attrs.align_corners else "asymmetric"
+    else:
+        mode = attrs.coordinate_transformation_mode
+    return get_opdef(f"image.resize{len(spatial)}d").make_attrs(
+        {"size": size, "layout": attrs.layout, "method": method,
+         "coordinate_transformation_mode": mode})
+
+
+def _upsampling_reference(spatial: str):
+    def reference(x, attrs):
+        from .registry import get_opdef
+        resize = get_opdef(f"image.resize{len(spatial)}d")
+        return resize.reference(x, _as_resize_attrs(spatial, attrs, x.shape))
+    return reference
+
+
+def _upsampling_compute(spatial: str):
+    def compute(inputs, attrs, out_type):
+        from .registry import get_opdef
+        resize = get_opdef(f"image.resize{len(spatial)}d")
+        return resize.compute(inputs, _as_resize_attrs(spatial, attrs, inputs[0].shape), out_type)
+    compute.__name__ = f"upsampling{'3d' if len(spatial) == 3 else ''}_compute"
+    return compute
+
+
+upsampling = register(OpDef(
+    "nn.upsampling", ("data",), _upsampling_rel("HW", "UpSamplingRel"), OpPattern.INJECTIVE,
+    attrs={"scale_h": 1.0, "scale_w": 1.0, "layout": "NCHW", "method": "nearest_neighbor",
+           "align_corners": False},
+    normalize=_normalize_upsampling("HW", "NCHW", ("nearest_neighbor", "bilinear", "bicubic")),
+    reference=_upsampling_reference("HW"), compute=_upsampling_compute("HW"),
+    doc="Scale H and W by ``scale_h`` and ``scale_w`` (the output extents ``round(extent * "
+        "scale)``): ``image.resize2d`` to those sizes with ``method`` ``nearest_neighbor``, "
+        "``bilinear`` or ``bicubic`` and the coordinate mode ``align_corners`` when "
+        "``align_corners`` is set, else ``asymmetric`` (TOPI's definition)."))
+
+upsampling3d = register(OpDef(
+    "nn.upsampling3d", ("data",), _upsampling_rel("DHW", "UpSampling3DRel"), OpPattern.INJECTIVE,
+    attrs={"scale_d": 1.0, "scale_h": 1.0, "scale_w": 1.0, "layout": "NCDHW",
+           "method": "nearest_neighbor", "coordinate_transformation_mode": "half_pixel"},
+    normalize=_normalize_upsampling("DHW", "NCDHW", ("nearest_neighbor", "trilinear")),
+    reference=_upsampling_reference("DHW"), compute=_upsampling_compute("DHW"),
+    doc="Scale D, H and W by ``scale_d``, ``scale_h`` and ``scale_w`` (the output extents "
+        "``round(extent * scale)``): ``image.resize3d`` to those sizes with ``method`` "
+        "``nearest_neighbor`` or ``trilinear`` and the given ``coordinate_transformation_mode``."))
+
+
+# =============================================================================================
+# nn.space_to_depth, nn.depth_to_space
+
+def _normalize_block(a: dict) -> dict:
+    a["block_size"] = as_int(a["block_size"], "block_size", minimum=1)
+    if a["layout"] not in ("NCHW", "NHWC"):
+        raise ValueError(f"layout must be 'NCHW' or 'NHWC', got {a['layout']!r}")
+    if "mode" in a and a["mode"] not in ("DCR", "CRD"):
+        raise ValueError(f"mode must be 'DCR' or 'CRD', got {a['mode']!r}")
+    return a
+
+
+def _block_rel(to_depth: bool, name: str):
+    @relation(name)
+    def rel(types, attrs):
+        (data,) = types
+        if not known(data):
+            return None
+        data = tensor(data, "data")
+        if data.ndim != 4:
+            fail(f"data {data} must have rank 4 (layout {attrs.layout})")
+        layout = Layout(attrs.layout)
+        n, c, h, w = _convert(data.shape, layout, "NCHW", f"data {data}")
+        b = attrs.block_size
+        if to_depth:
+            for extent, axis in ((h, "height"), (w, "width")):
+                if isinstance(extent, int) and extent % b:
+                    fail(f"the data's {axis} {extent} is not divisible by block_size={b}")
+            out = (n, mul(c, b * b), floordiv(h, b), floordiv(w, b))
+        else:
+            if isinstance(c, int) and c % (b * b):
+                fail(f"the data's {c} channels are not divisible by block_size**2={b * b}")
+            out = (n, floordiv(c, b * b), mul(h, b), mul(w, b))
+        return TensorType(_convert(out, Layout("NCHW"), layout, "the output"), data.dtype)
+    rel.__doc__ = ("``SpaceToDepthRel``: ``[N, C, H, W]`` -> ``[N, C * b * b, H / b, W / b]``."
+                   if to_depth else
+                   "``DepthToSpaceRel``: ``[N, C, H, W]`` -> ``[N, C / (b * b), H * b, W * b]``.")
+    return rel
+
+
+def _space_to_depth_ref(x, attrs):
+    b = attrs.block_size
+    xn = Layout(attrs.layout).transform_array(x, "NCHW")
+    n, c, h, w = xn.shape
+    # output channel (by * b + bx) * C + c holds input [c, y * b + by, x * b + bx]
+    y = (xn.reshape(n, c, h // b, b, w // b, b).transpose(0, 3, 5, 1, 2, 4)
+         .reshape(n, c * b * b, h // b, w // b))
+    return np.ascontiguousarray(Layout("NCHW").transform_array(y, attrs.layout))
+
+
+def _depth_to_space_ref(x, attrs):
+    b = attrs.block_size
+    xn = Layout(attrs.layout).transform_array(x, "NCHW")
+    n, c, h, w = xn.shape
+    oc = c // (b * b)
+    if attrs.mode == "DCR":   # input channel (by * b + bx) * oc + c
+        y = xn.reshape(n, b, b, oc, h, w).transpose(0, 3, 4, 1, 5, 2)
+    else:                     # CRD: input channel c * b * b + by * b + bx
+        y = xn.reshape(n, oc, b, b, h, w).transpose(0, 1, 4, 2, 5, 3)
+    y = y.reshape(n, oc, h * b, w * b)
+    return np.ascontiguousarray(Layout("NCHW").transform_array(y, attrs.layout))
+
+
+space_to_depth = register(OpDef(
+    "nn.space_to_depth", ("data",), _block_rel(True, "SpaceToDepthRel"), OpPattern.INJECTIVE,
+    attrs={"block_size": 1, "layout": "NCHW"}, normalize=_normalize_block,
+    reference=_space_to_depth_ref, compute=C.space_to_depth_compute,
+    doc="Move each ``block_size`` x ``block_size`` block of H and W into channels: output channel "
+        "``(by * b + bx) * C + c`` at ``(y, x)`` holds input channel ``c`` at "
+        "``(y * b + by, x * b + bx)`` (TOPI's order). ``layout`` is NCHW or NHWC."))
+
+depth_to_space = register(OpDef(
+    "nn.depth_to_space", ("data",), _block_rel(False, "DepthToSpaceRel"), OpPattern.INJECTIVE,
+    attrs={"block_size": 1, "layout": "NCHW", "mode": "DCR"}, normalize=_normalize_block,
+    reference=_depth_to_space_ref, compute=C.depth_to_space_compute,
+    doc="The inverse of ``nn.space_to_depth``: channels into ``block_size`` x ``block_size`` "
+        "blocks of H and W. ``mode`` ``DCR`` reads input channel ``(by * b + bx) * C' + c`` (the "
+        "inverse of space_to_depth), ``CRD`` reads ``c * b * b + by * b + bx``."))
+
+
+# =============================================================================================
+# nn.instance_norm, nn.group_norm, nn.l2_normalize
+
+def _normalize_group_norm(a: dict) -> dict:
+    a = _normalize_norm(a)
+    if "num_groups" in a:
+        a["num_groups"] = as_int(a["num_groups"], "num_groups", minimum=1)
+    return a
+
+
+def _norm_rel(name: str, grouped: bool):
+    @relation(name)
+    def rel(types, attrs):
+        data = types[0]
+        if not known(data):
+            return None
+        data = _float_tensor(data)
+        axis = normalize_axis(attrs.axis, data.ndim)
+        if axis == 0:
+            fail(f"axis {attrs.axis} is the batch axis; the channel axis must be another")
+        channels = data.shape[axis]
+        if grouped and isinstance(channels, int) and channels % attrs.num_groups:
+            fail(f"the data's {channels} channels (axis {attrs.axis}) are not divisible by "
+                 f"num_groups={attrs.num_groups}")
+        return [data, *_channel_vector_rel(data, attrs.axis, types[1:], ("gamma", "beta")), data]
+    rel.__doc__ = (f"``{name}``: ``gamma`` and ``beta`` are ``[data.shape[axis]]``; the output has "
+                   f"the data's type; ``axis`` is a channel axis, not the batch axis 0.")
+    return rel
+
+
+def _normalized(z, axes, attrs):
+    mean = z.mean(axis=axes, keepdims=True)
+    var = ((z - mean) ** 2).mean(axis=axes, keepdims=True)
+    return (z - mean) / np.sqrt(var + attrs.epsilon)
+
+
+def _scaled_shifted(y, gamma, beta, axis, attrs, dtype):
+    if attrs.scale:
+        y = y * _along(y, gamma.astype(np.float64), axis)
+    if attrs.center:
+        y = y + _along(y, beta.astype(np.float64), axis)
+    return y.astype(dtype)
+
+
+def _instance_norm_reference(x, gamma, beta, attrs):
+    axis = normalize_axis(attrs.axis, x.ndim)
+    axes = tuple(a for a in range(x.ndim) if a not in (0, axis))
+    y = _normalized(x.astype(np.float64), axes, attrs) if axes else np.zeros(x.shape)
+    return _scaled_shifted(y, gamma, beta, axis, attrs, x.dtype)
+
+
+def _group_norm_reference(x, gamma, beta, attrs):
+    axis = normalize_axis(attrs.axis, x.ndim)
+    z = np.moveaxis(x.astype(np.float64), axis, 1)
+    n, c = z.shape[:2]
+    g = attrs.num_groups
+    grouped = z.reshape((n, g, c // g) + z.shape[2:])
+    y = _normalized(grouped, tuple(range(2, grouped.ndim)), attrs).reshape(z.shape)
+    return _scaled_shifted(np.moveaxis(y, 1, axis), gamma, beta, axis, attrs, x.dtype)
+
+
+instance_norm = register(OpDef(
+    "nn.instance_norm", ("data", "gamma", "beta"), _norm_rel("InstanceNormRel", False), OpPattern.OPAQUE,
+    attrs={"axis": 1, "epsilon": 1e-5, "center": True, "scale": True}, normalize=_normalize_norm,
+    reference=_instance_norm_reference, compute=C.instance_norm_compute,
+    doc="``(x - mean) / sqrt(var + epsilon) * gamma + beta`` with the mean and (biased) variance "
+        "taken per batch element and channel (``axis``), over every other axis."))
+
+group_norm = register(OpDef(
+    "nn.group_norm", ("data", "gamma", "beta"), _norm_rel("GroupNormRel", True), OpPattern.OPAQUE,
+    attrs={"num_groups": 1, "axis": 1, "epsilon": 1e-5, "center": True, "scale": True},
+    normalize=_normalize_group_norm, reference=_group_norm_reference, compute=C.group_norm_compute,
+    doc="Normalization per batch element and group of ``num_groups`` consecutive channel blocks "
+        "(``axis`` the channels): the mean and (biased) variance over the group's channels and "
+        "every other non-batch axis, then ``* gamma + beta`` per channel."))
+
+
+def _normalize_l2(a: dict) -> dict:
+    a["eps"] = _float_attr(a["eps"], "eps")
+    axis = a["axis"]
+    a["axis"] = tuple(as_int(x, "axis") for x in (axis if isinstance(axis, tuple) else
+                                                   () if axis is None else (axis,)))
+    return a
+
+
+def _l2_axes(ndim: int, attrs) -> tuple:
+    return tuple(sorted({normalize_axis(a, ndim) for a in attrs.axis})) if attrs.axis else tuple(range(ndim))
+
+
+@relation("L2NormalizeRel")
+def l2_normalize_rel(types, attrs):
+    """The output has the (floating-point) data's type; each of ``axis`` in range."""
+    (data,) = types
+    if not known(data):
+        return None
+    data = _float_tensor(data)
+    _l2_axes(data.ndim, attrs)
+    return data
+
+
+def _l2_normalize_reference(x, attrs):
+    axes = _l2_axes(x.ndim, attrs)
+    z = x.astype(np.float64)
+    return (z / np.sqrt(np.maximum((z * z).sum(axis=axes, keepdims=True), attrs.eps))).astype(x.dtype)
+
+
+l2_normalize = register(OpDef(
+    "nn.l2_normalize", ("data",), l2_normalize_rel, OpPattern.OUT_ELEMWISE_FUSABLE,
+    attrs={"eps": 1e-12, "axis": ()}, normalize=_normalize_l2, reference=_l2_normalize_reference,
+    compute=C.l2_normalize_compute,
+    doc="``x / sqrt(max(sum(x ** 2), eps))`` with the sum over ``axis`` (every axis when empty)."))
+
+
+# =============================================================================================
+# nn.conv1d_transpose, nn.conv3d_transpose; nn.mirror_pad
+
+def _normalize_conv_transpose_nd(spatial: str):
+    base = _normalize_conv_nd(spatial)
+    n = len(spatial)
+
+    def normalize(a: dict) -> dict:
+        kernel_layout = a["kernel_layout"]
+        a = base(dict(a, kernel_layout="OI" + spatial))
+        a["kernel_layout"] = _layout_attr("kernel_layout", kernel_layout, "IO" + spatial)
+        a["output_padding"] = int_tuple(a["output_padding"], (n,), "output_padding", minimum=0)
+        if any(p >= s for p, s in zip(a["output_padding"], a["strides"])):
+            raise ValueError(f"output_padding={a['output_padding']} must be smaller than the strides "
+                             f"{a['strides']}")
+        return a
+    return normalize
+
+
+def _conv_transpose_nd_rel(spatial: str, name: str):
+    data_axes, kernel_axes = "NC" + spatial, "IO" + spatial
+    n_sp = len(spatial)
+
+    @relation(name)
+    def rel(types, attrs):
+        data, weight = types
+        if not known(data):
+            return None
+        data = tensor(data, "data")
+        dl = Layout(attrs.data_layout)
+        if data.ndim != dl.ndim:
+            fail(f"data {data} has rank {data.ndim} but data_layout {dl} needs rank {dl.ndim}")
+        n, c, *extents = _convert(data.shape, dl, data_axes, f"data {data}")
+        groups = attrs.groups
+        if isinstance(c, int) and c % groups:
+            fail(f"data has {c} input channels, which groups={groups} does not divide")
+        implied = None
+        if attrs.channels is not None and attrs.kernel_size is not None:
+            implied = _implied_weight((c, attrs.channels // groups), kernel_axes, attrs, data.dtype)
+        if known(weight):
+            weight = tensor(weight, "weight")
+            kl = Layout(attrs.kernel_layout)
+            if weight.ndim != kl.ndim:
+                fail(f"weight {weight} has rank {weight.ndim} but kernel_layout {kl} needs rank {kl.ndim}")
+            i, o, *ks = _convert(weight.shape, kl, kernel_axes, f"weight {weight}")
+            if attrs.kernel_size is not None and any(provably_different(k, g) for k, g in
+                                                     zip(ks, attrs.kernel_size)):
+                fail(f"kernel_size={attrs.kernel_size} but the weight's kernel is {fmt_shape(ks)}")
+            if not same_dim(c, i):
+                fail(f"data has {format_dim(c)} input channels but the weight expects {format_dim(i)}")
+            channels = mul(o, groups)
+            if attrs.channels is not None and provably_different(channels, attrs.channels):
+                fail(f"channels={attrs.channels} but the weight gives {format_dim(channels)} output "
+                     f"channels ({format_dim(o)} per group, {groups} groups)")
+        elif implied is not None:
+            channels, ks = attrs.channels, list(attrs.kernel_size)
+        else:
+            return None
+        out_extents = []
+        for j, (a, e, k, s, d) in enumerate(zip(spatial, extents, ks, attrs.strides, attrs.dilation)):
+            p = attrs.padding[j] + attrs.padding[n_sp + j]
+            size = add(mul(sub(e, 1), s), add(mul(sub(k, 1), d), 1 - p + attrs.output_padding[j]))
+            if isinstance(size, int) and size < 1:
+                fail(f"the output's {_AXIS_NAMES[a]} would be {size}: the padding ({p}) removes the whole "
+                     f"output")
+            out_extents.append(size)
+        ol = attrs.out_layout or attrs.data_layout
+        oshape = _convert((n, channels, *out_extents), Layout(data_axes), ol, f"the output in layout {ol}")
+        out = TensorType(oshape, attrs.out_dtype or data.dtype)
+        return out if known(weight) else [data, implied, out]
+    rel.__doc__ = (f"``{name}``: the weight is ``[C, channels / groups, *kernel]`` in {kernel_axes}; "
+                   f"each output extent is ``(in - 1) * stride + (k - 1) * dilation + 1 - pads + "
+                   f"output_padding``.")
+    return rel
+
+
+def _conv_transpose_nd_reference(spatial: str):
+    data_axes = "NC" + spatial
+
+    def reference(x, w, attrs):
+        """As ``nn.conv2d_transpose``'s: the input spread out by the strides, padded by ``dilated
+        kernel - 1 - padding`` (cropped where negative), convolved with the flipped kernels."""
+        n_sp = len(spatial)
+        xn = Layout(attrs.data_layout).transform_array(x, data_axes)
+        wn = Layout(attrs.kernel_layout).transform_array(w, "IO" + spatial)
+        c, og = wn.shape[:2]
+        ks = wn.shape[2:]
+        g = attrs.groups
+        spread = np.zeros(xn.shape[:2] + tuple((e - 1) * s + 1 for e, s in zip(xn.shape[2:], attrs.strides)),
+                          dtype=xn.dtype)
+        spread[(slice(None), slice(None)) + tuple(slice(None, None, s) for s in attrs.strides)] = xn
+        pads = {}
+        for j, (k, d) in enumerate(zip(ks, attrs.dilation)):
+            pads[2 + j] = ((k - 1) * d - attrs.padding[j],
+                           (k - 1) * d - attrs.padding[n_sp + j] + attrs.output_padding[j])
+        spread = _pad_axes(spread, pads)
+        flip = (Ellipsis,) + (slice(None, None, -1),) * n_sp
+        kernels = (wn.reshape((g, c // g, og) + ks).swapaxes(1, 2)[flip].reshape((g * og, c // g) + ks))
+        y = _conv_nd(spread, kernels, (1,) * n_sp, (0,) * (2 * n_sp), attrs.dilation, g,
+                     attrs.out_dtype or x.dtype.name)
+        return np.ascontiguousarray(Layout(data_axes).transform_array(
+            y, attrs.out_layout or attrs.data_layout))
+    return reference
+
+
+def _conv_transpose_nd_attrs(spatial: str) -> dict:
+    return dict(_conv_nd_attrs(spatial), kernel_layout="IO" + spatial, output_padding=(0,) * len(spatial))
+
+
+conv1d_transpose = register(OpDef(
+    "nn.conv1d_transpose", ("data", "weight"), _conv_transpose_nd_rel("W", "Conv1DTransposeRel"),
+    OpPattern.OUT_ELEMWISE_FUSABLE, attrs=_conv_transpose_nd_attrs("W"),
+    normalize=_normalize_conv_transpose_nd("W"), reference=_conv_transpose_nd_reference("W"),
+    compute=C.conv_transpose_nd_compute("W", "conv1d_transpose"), layout=conv2d_layout,
+    doc="1-D transposed convolution, as ``nn.conv2d_transpose`` over W: data ``NCW``, weight "
+        "``IOW`` ``[C, channels / groups, k]``; ``padding`` trims the output, ``output_padding`` "
+        "adds to its end."))
+
+conv3d_transpose = register(OpDef(
+    "nn.conv3d_transpose", ("data", "weight"), _conv_transpose_nd_rel("DHW", "Conv3DTransposeRel"),
+    OpPattern.OUT_ELEMWISE_FUSABLE, attrs=_conv_transpose_nd_attrs("DHW"),
+    normalize=_normalize_conv_transpose_nd("DHW"), reference=_conv_transpose_nd_reference("DHW"),
+    compute=C.conv_transpose_nd_compute("DHW", "conv3d_transpose"), layout=conv2d_layout,
+    doc="3-D transposed convolution, as ``nn.conv2d_transpose`` over D, H and W: data ``NCDHW``, "
+        "weight ``IODHW``; ``padding`` is 1, 3 or 6 values (fronts, then backs)."))
+
+
+def _normalize_mirror_pad(a: dict) -> dict:
+    width = a["pad_width"]
+    if not isinstance(width, tuple) or not all(isinstance(p, tuple) and len(p) == 2 for p in width):
+        raise ValueError(f"pad_width must be one (before, after) pair per axis, got {width!r}")
+    a["pad_width"] = tuple((as_int(b, "pad_width", minimum=0), as_int(e, "pad_width", minimum=0))
+                           for b, e in width)
+    if a["mode"] not in ("SYMMETRIC", "REFLECT"):
+        raise ValueError(f"mode must be 'SYMMETRIC' or 'REFLECT', got {a['mode']!r}")
+    return a
+
+
+@relation("MirrorPadRel")
+def mirror_pad_rel(types, attrs):
+    """``MirrorPadRel``: each axis grows by its (before, after) pair, each at most the extent
+    (``SYMMETRIC``) or smaller than it (``REFLECT``)."""
+    (data,) = types
+    if not known(data):
+        return None
+    data = tensor(data, "data")
+    if len(attrs.pad_width) != data.ndim:
+        fail(f"pad_width has {len(attrs.pad_width)} pairs but the data {data} has rank {data.ndim}")
+    shape = []
+    for axis, (dim, (before, after)) in enumerate(zip(data.shape, attrs.pad_width)):
+        limit = dim if attrs.mode == "SYMMETRIC" else sub(dim, 1)
+        if isinstance(limit, int) and max(before, after) > limit:
+            fail(f"{attrs.mode} padding {(before, after)} of axis {axis} must be at most {limit} "
+                 f"(its extent {format_dim(dim)}{' - 1' if attrs.mode == 'REFLECT' else ''})")
+        shape.append(add(dim, before + after))
+    return TensorType(shape, data.dtype)
+
+
+mirror_pad = register(OpDef(
+    "nn.mirror_pad", ("data",), mirror_pad_rel, OpPattern.INJECTIVE,
+    attrs={"pad_width": (), "mode": "SYMMETRIC"}, normalize=_normalize_mirror_pad,
+    reference=lambda x, attrs: np.pad(x, attrs.pad_width, mode=attrs.mode.lower()),
+    compute=C.mirror_pad_compute,
+    doc="Pad each axis by its (before, after) pair with the mirror image of the data: "
+        "``SYMMETRIC`` repeats the border element, ``REFLECT`` leaves it out."))

@@ -31,15 +31,15 @@ import numpy as np
 
 from ..ir.types import TensorType
 from ..ir.symbolic import ANY, format_dim
-from ..passes._layout_rules import reduce_layout
+from ._layout import reduce_layout
 from ._rel import as_int, fail, known, relation, same_dim, tensor
 from . import _compute as C
-from .registry import OpDef, OpPattern, register
+from .registry import OpCaller, OpDef, OpPattern, register
 from .tensor import ANY_DTYPE, BOOL, NUMERIC, require
 
 # ``sum``, ``max``, ``min``, ``all`` and ``any`` below are operators, not Python's builtins.
 __all__ = ["sum", "mean", "max", "min", "prod", "all", "any", "argmax", "argmin", "variance", "std",
-           "reduce_axes", "reduce_shape"]
+           "reduce_axes", "reduce_shape", "collapse_sum_like", "collapse_sum_to"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -270,3 +270,109 @@ def std(data, mean=None, axis=None, keepdims=False, exclude=False, unbiased=Fals
     from .tensor import sqrt
     return sqrt(variance(data, mean, axis=axis, keepdims=keepdims, exclude=exclude,
                          unbiased=unbiased))
+
+
+# ---------------------------------------------------------------------------------------------
+# collapse_sum_like, collapse_sum_to: the sums that undo a broadcast (gradients of broadcasts)
+
+def _collapsed_axes(shape, target) -> tuple:
+    """The axes of ``shape`` that broadcasting ``target`` to it added or widened: the leading
+    extra axes, and those where ``target`` has 1 and ``shape`` does not."""
+    lead = len(shape) - len(target)
+    return tuple(range(lead)) + tuple(lead + i for i, t in enumerate(target)
+                                      if t == 1 and shape[lead + i] != 1)
+
+
+def _collapse_check(data: TensorType, target: tuple, what: str):
+    if len(target) > data.ndim:
+        fail(f"{what} has more axes than the data {data}")
+    lead = data.ndim - len(target)
+    for i, t in enumerate(target):
+        d = data.shape[lead + i]
+        if t != 1 and not same_dim(t, d):
+            fail(f"{what} does not broadcast to the data {data} (axis {lead + i}: "
+                 f"{format_dim(t)} vs {format_dim(d)})")
+
+
+def fmt(shape) -> str:
+    return "(" + ", ".join(format_dim(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+@relation("CollapseSumLikeRel")
+def collapse_sum_like_rel(types, attrs):
+    """``CollapseSumLikeRel``: the output has ``collapse_type``'s type, whose shape must broadcast
+    to the data's (and whose dtype must be the data's)."""
+    data, like = types
+    if not (known(data) and known(like)):
+        return None
+    data, like = require(data, "data", NUMERIC), tensor(like, "collapse_type")
+    if like.dtype != data.dtype:
+        fail(f"collapse_type {like} has another dtype than the data {data}")
+    _collapse_check(data, tuple(like.shape), f"collapse_type {like}")
+    return like
+
+
+def _collapse_sum(x, target):
+    axes = _collapsed_axes(x.shape, target)
+    with np.errstate(all="ignore"):
+        total = np.sum(x, axis=axes, dtype=x.dtype, keepdims=True) if axes else x
+    return np.array(np.asarray(total).reshape(target), order="C")  # a scalar stays 0-d
+
+
+collapse_sum_like = register(OpDef(
+    "collapse_sum_like", ("data", "collapse_type"), collapse_sum_like_rel, OpPattern.COMM_REDUCE,
+    reference=lambda x, like, attrs: _collapse_sum(x, like.shape), compute=C.collapse_sum_compute,
+    doc="Sum ``data`` down to the shape of ``collapse_type`` (only its type is read): over the "
+        "leading axes ``collapse_type`` lacks and the axes where it has extent 1; the gradient "
+        "of a broadcast. Integer sums wrap in the dtype."))
+
+
+def _normalize_collapse_sum_to(a: dict) -> dict:
+    if a["shape"] is not None:
+        shape = a["shape"] if isinstance(a["shape"], tuple) else (a["shape"],)
+        a["shape"] = tuple(as_int(d, "shape", minimum=0) for d in shape)
+    return a
+
+
+@relation("CollapseSumToRel")
+def collapse_sum_to_rel(types, attrs):
+    """``CollapseSumToRel``: the output is ``shape`` (the attribute; the second input is the same
+    shape as a 1-d integer tensor), which must broadcast to the data's shape."""
+    data, shape = types
+    if not known(data):
+        return None
+    data = require(data, "data", NUMERIC)
+    if attrs.shape is None:
+        fail("shape is not a constant: collapse_sum_to needs the target shape as its attribute")
+    target = tuple(attrs.shape)
+    vec = TensorType((len(target),), "int32")
+    if known(shape):
+        shape = tensor(shape, "shape")
+        if (shape.ndim != 1 or not same_dim(shape.shape[0], len(target))
+                or not shape.dtype.startswith(("int", "uint"))):
+            fail(f"the shape input must be a 1-d integer tensor of {len(target)} values, got {shape}")
+        vec = shape
+    _collapse_check(data, target, f"shape {fmt(target)}")
+    return [data, vec, TensorType(target, data.dtype)]
+
+
+class _CollapseSumToCaller(OpCaller):
+    """``collapse_sum_to(data, shape)``: a tuple ``shape`` becomes the constant second input and
+    the ``shape`` attribute, as Relay's builder makes it."""
+
+    def __call__(self, data, shape, **attrs):
+        from ..ir.expr import Constant
+        if isinstance(shape, (list, tuple)):
+            attrs.setdefault("shape", tuple(shape))
+            shape = Constant(np.array(list(shape), dtype="int32").reshape(len(shape)))
+        return super().__call__(data, shape, **attrs)
+
+
+collapse_sum_to = _CollapseSumToCaller(register(OpDef(
+    "collapse_sum_to", ("data", "shape"), collapse_sum_to_rel, OpPattern.COMM_REDUCE,
+    attrs={"shape": None}, normalize=_normalize_collapse_sum_to,
+    reference=lambda x, shape, attrs: _collapse_sum(x, tuple(attrs.shape)),
+    compute=C.collapse_sum_compute,
+    doc="Sum ``data`` down to ``shape`` (which must broadcast to the data's shape), as "
+        "``collapse_sum_like``. The shape is the attribute; the second input holds it as a 1-d "
+        "integer tensor, as Relay passes it.")).opdef)

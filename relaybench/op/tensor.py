@@ -20,6 +20,20 @@ Dtype rules, as Relay's relations and TOPI's kernels apply them:
 * ``exp``, ``log``, ``sqrt``, ``rsqrt``, ``sigmoid``, ``tanh`` and ``erf`` need a floating-point
   tensor; ``round``, ``floor`` and ``ceil`` leave integers as they are.
 
+Where this differs from Relay, deliberately: Relay types these math functions with
+``IdentityRel`` and the shifts with ``BroadcastRel``, which do not look at the dtype, so
+``log(%x: int32)`` type-checks there and fails only when a kernel is built. Here the relation
+refuses it, so the error names the node before anything runs. Relay's behaviour is one
+registration away, since type inference reads each operator's relation from the attribute
+registry (``FTypeRelation``, the OpDef's relation at level 0)::
+
+    with rb.op.attr_scope():
+        rb.op.register_op_attr("log", "FTypeRelation", lambda types, attrs: types[0], level=11)
+        ...   # log(%x: int32) now type-checks as in Relay; running it is a clear error
+
+The interpreter then refuses the call when the op's semantics give another dtype than the type
+says, and ``rb.build`` when no kernel computes that dtype.
+
 Integer arithmetic is C's, as in TVM's kernels: ``divide`` and ``mod`` truncate toward zero
 (``-7 / 2 == -3``, ``-7 mod 2 == -1``), ``floor_divide`` and ``floor_mod`` round toward minus
 infinity (``-4``, ``1``); results wrap around on overflow. ``round`` rounds halves away from zero
@@ -33,7 +47,7 @@ import math
 import numpy as np
 
 from ..ir.types import DTYPES, TensorType, check_dtype, convert_values
-from ..passes._layout_rules import broadcast_layout, elemwise_layout
+from ._layout import broadcast_layout, elemwise_layout
 from ._rel import broadcast_shape, fail, known, relation, tensor
 from . import _compute as C
 from .registry import OpDef, OpPattern, register
@@ -44,7 +58,8 @@ __all__ = ["add", "subtract", "multiply", "divide", "floor_divide", "mod", "floo
            "logical_and", "logical_or", "logical_xor", "logical_not",
            "negative", "abs", "exp", "log", "sqrt", "rsqrt", "sigmoid", "tanh", "erf",
            "round", "floor", "ceil", "clip", "cast", "cast_like", "where",
-           "zeros", "ones", "full", "zeros_like", "ones_like", "full_like"]
+           "zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "isnan", "isfinite",
+           "isinf", "sign", "trunc", "copy", "trunc_divide", "trunc_mod"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -499,3 +514,56 @@ full_like = register(OpDef(
     reference=lambda x, fill, attrs: np.full_like(x, fill), compute=C.full_compute,
     layout=broadcast_layout,
     doc="The scalar ``fill_value`` in the data's shape and dtype."))
+
+
+# ---------------------------------------------------------------------------------------------
+# More elementwise operators: isnan, isfinite, isinf, sign, trunc, copy; trunc_divide, trunc_mod
+
+@relation("IdentityCompRel")
+def _test_rel(types, attrs):
+    """``IdentityCompRel``: a bool tensor of the (numeric) input's shape."""
+    (t,) = types
+    if not known(t):
+        return None
+    t = require(t, "data", NUMERIC)
+    return TensorType(t.shape, "bool")
+
+
+def _float_test(func, for_ints: bool):
+    """``func`` on floats; every element ``for_ints`` on integers (never NaN, never infinite)."""
+    return lambda x: func(x) if x.dtype.kind == "f" else np.full(x.shape, for_ints)
+
+
+isnan = _unary("isnan", _float_test(np.isnan, False), "Elementwise: whether an element is NaN; a "
+               "bool tensor.", _test_rel)
+isfinite = _unary("isfinite", _float_test(np.isfinite, True), "Elementwise: whether an element is "
+                  "neither NaN nor infinite; a bool tensor.", _test_rel)
+isinf = _unary("isinf", _float_test(np.isinf, False), "Elementwise: whether an element is "
+               "infinite; a bool tensor.", _test_rel)
+
+
+def _sign(x):
+    """TVM's sign: 1 above zero, -1 below, 0 otherwise (NaN and -0.0 give 0)."""
+    one, zero = np.ones((), x.dtype), np.zeros((), x.dtype)
+    if x.dtype.kind == "u":
+        return np.where(x > 0, one, zero)
+    return np.where(x > 0, one, np.where(x < 0, -one, zero)).astype(x.dtype)
+
+
+sign = _unary("sign", _sign, "Elementwise sign: 1 above zero, -1 below, 0 otherwise (NaN gives 0, "
+              "as TVM's select does).", _numeric_unary_rel)
+trunc = _unary("trunc", _int_identity(np.trunc), "Elementwise rounding toward zero; integers are "
+               "kept.", _numeric_unary_rel)
+copy = _unary("copy", lambda x: x.copy(), "A copy of the data.", identity_rel)
+
+
+def _trunc_divide(a, b):
+    if _is_int(a):
+        return _divide(a, b)
+    return np.trunc(a / b)
+
+
+trunc_divide = _binary("trunc_divide", _trunc_divide, "Elementwise quotient rounded toward zero "
+                       "(integers as ``divide``; floats ``trunc(lhs / rhs)``).")
+trunc_mod = _binary("trunc_mod", np.fmod, "Elementwise remainder of truncated division, with the "
+                    "sign of ``lhs`` (``mod``).")

@@ -20,6 +20,14 @@ Tensor[(2, 5, 4), float32]
 Tensor[(n, 2, 7, 7, 16), float32]
 >>> infer_expr(arange(0.0, 5.0)), infer_expr(arange(rb.var("k", shape=()), 5.0))
 (Tensor[(5), float32], Tensor[(?), float32])
+>>> infer_expr(gather_nd(x, rb.var("j", shape=(2, 7), dtype="int32")))
+Tensor[(7, 4), float32]
+>>> infer_expr(topk(x, k=2, axis=-1))
+(Tensor[(2, 3, 2), float32], Tensor[(2, 3, 2), int32])
+
+The scans and sorts (``cumsum``, ``cumprod``, ``argsort``, ``sort``, ``topk``) are Relay's
+algorithm operators; their kernels count ranks and mask reductions, so they cost the square of
+the scanned axis's extent: they suit the short axes of a model's heads.
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ import numpy as np
 from ..ir.layout import Layout
 from ..ir.symbolic import ANY, add, floordiv, format_dim, mul, prod, sub
 from ..ir.types import TensorType, TupleType, check_dtype
-from ..passes._layout_rules import concatenate_layout, layout_transform_layout, split_layout
+from ._layout import concatenate_layout, layout_transform_layout, split_layout
 from ._rel import (as_int, fail, fmt_shape, known, known_deep, normalize_axis, provably_different,
                    relation, tensor)
 from . import _compute as C
@@ -39,7 +47,9 @@ from .registry import OpDef, OpPattern, register
 
 __all__ = ["reshape", "reshape_like", "transpose", "squeeze", "expand_dims", "concatenate", "split",
            "stack", "take", "strided_slice", "broadcast_to", "tile", "repeat", "layout_transform",
-           "shape_of", "arange", "one_hot", "infer_reshape"]
+           "shape_of", "arange", "one_hot", "infer_reshape", "gather", "gather_nd", "scatter_nd",
+           "ndarray_size", "reverse", "cumsum", "cumprod", "argsort", "sort", "topk",
+           "broadcast_to_like", "slice_like"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1073,3 +1083,483 @@ one_hot = register(OpDef(
         "new axis ``axis`` (of extent ``depth``) and ``off_value`` elsewhere; indices outside "
         "``[0, depth)`` give all ``off_value``. ``on_value``/``off_value`` are scalars, cast to "
         "``dtype``. Pattern kind OUT_ELEMWISE_FUSABLE, as in TVM."))
+
+
+# ---------------------------------------------------------------------------------------------
+# gather, gather_nd, scatter_nd
+
+def _index_tensor(t, what: str = "indices") -> TensorType:
+    t = tensor(t, what)
+    if not _int_dtype(t.dtype):
+        fail(f"{what} must have an integer dtype, got {t}")
+    return t
+
+
+def _check_in_range(idx, extents, what: str):
+    """Raise naming the first index of ``idx`` (``[k, ...]`` rows, one per axis) outside its axis."""
+    for k, n in enumerate(extents):
+        row = idx[k]
+        bad = (row < 0) | (row >= n)
+        if bad.any():
+            raise ValueError(f"{what} {row[bad].flat[0]} is out of range for an axis of extent {n} "
+                             f"(indices must be in range)")
+
+
+@relation("GatherRel")
+def gather_rel(types, attrs):
+    """``GatherRel``: indices of the data's rank, each dim but ``axis`` at most the data's; the
+    output has the indices' shape and the data's dtype."""
+    data, indices = types
+    if not (known(data) and known(indices)):
+        return None
+    data, indices = tensor(data, "data"), _index_tensor(indices)
+    if data.ndim == 0:
+        fail("cannot gather along an axis of a scalar")
+    axis = normalize_axis(attrs.axis, data.ndim)
+    if indices.ndim != data.ndim:
+        fail(f"indices {indices} must have the data's rank {data.ndim}")
+    for i, (d, e) in enumerate(zip(data.shape, indices.shape)):
+        if i != axis and isinstance(d, int) and isinstance(e, int) and e > d:
+            fail(f"indices {indices} are larger than the data {data} along axis {i}")
+    return TensorType(indices.shape, data.dtype)
+
+
+def _gather_ref(data, indices, attrs):
+    axis = attrs.axis % data.ndim
+    idx = indices.astype(np.int64)
+    _check_in_range(idx[None], [data.shape[axis]], "index")
+    lead = tuple(np.arange(e).reshape((-1,) + (1,) * (idx.ndim - 1 - i)) for i, e in enumerate(idx.shape))
+    key = tuple(idx if i == axis else lead[i] for i in range(idx.ndim))
+    return data[key]
+
+
+gather = register(OpDef(
+    "gather", ("data", "indices"), gather_rel, OpPattern.INJECTIVE, attrs={"axis": 0},
+    normalize=_normalize_axis_attr, reference=_gather_ref, compute=C.gather_compute,
+    doc="``out[i_0, ..., i_k, ...] = data[i_0, ..., indices[i_0, ..., i_k, ...], ...]`` with the "
+        "index at ``axis`` (PyTorch's ``gather``); indices must be in range (the reference "
+        "raises when they are not, a kernel clamps)."))
+
+
+def _normalize_gather_nd(a: dict) -> dict:
+    a["batch_dims"] = as_int(a["batch_dims"], "batch_dims", minimum=0)
+    if a["index_rank"] is not None:
+        a["index_rank"] = as_int(a["index_rank"], "index_rank", minimum=1)
+    return a
+
+
+@relation("GatherNDRel")
+def gather_nd_rel(types, attrs):
+    """``GatherNDRel``: indices ``[M, Y_0, ..., Y_k]`` pick ``M`` leading coordinates (after the
+    ``batch_dims`` batch axes, shared with ``Y``) of the data; the output is
+    ``Y + data.shape[batch_dims + M:]``."""
+    data, indices = types
+    if not (known(data) and known(indices)):
+        return None
+    data, indices = tensor(data, "data"), _index_tensor(indices)
+    if indices.ndim < 1:
+        fail(f"indices must have rank at least 1 ([M, ...]), got {indices}")
+    m = indices.shape[0]
+    if attrs.index_rank is not None:
+        if provably_different(m, attrs.index_rank):
+            fail(f"index_rank={attrs.index_rank} but the indices {indices} give {format_dim(m)} "
+                 f"coordinates")
+        m = attrs.index_rank
+    if not isinstance(m, int):
+        fail(f"the number of coordinates (the first dimension of indices {indices}) must be static, "
+             f"or index_rank given")
+    b = attrs.batch_dims
+    if b + m > data.ndim:
+        fail(f"indices {indices} give {m} coordinates after batch_dims={b}, but the data {data} has "
+             f"rank {data.ndim}")
+    if b > indices.ndim - 1:
+        fail(f"batch_dims={b} is larger than the indices' {indices.ndim - 1} position axes")
+    for i in range(b):
+        if provably_different(data.shape[i], indices.shape[1 + i]):
+            fail(f"batch dimension {i} differs: data {data} has {format_dim(data.shape[i])}, "
+                 f"indices {indices} have {format_dim(indices.shape[1 + i])}")
+    return TensorType(indices.shape[1:] + data.shape[b + m:], data.dtype)
+
+
+def _gather_nd_ref(data, indices, attrs):
+    m, b = indices.shape[0], attrs.batch_dims
+    idx = indices.astype(np.int64)
+    _check_in_range(idx, data.shape[b:b + m], "index")
+    ys = idx.shape[1:]
+    batch = tuple(np.arange(ys[i]).reshape((-1,) + (1,) * (len(ys) - 1 - i)) for i in range(b))
+    return np.array(data[batch + tuple(idx[k] for k in range(m))], order="C")  # a scalar stays 0-d
+
+
+gather_nd = register(OpDef(
+    "gather_nd", ("data", "indices"), gather_nd_rel, OpPattern.INJECTIVE,
+    attrs={"batch_dims": 0, "index_rank": None}, normalize=_normalize_gather_nd,
+    reference=_gather_nd_ref, compute=C.gather_nd_compute,
+    doc="``out[y_0, ..., y_k, x...] = data[y_0, ..., y_{b-1}, indices[0, y...], ..., "
+        "indices[M-1, y...], x...]``: indices ``[M, Y...]`` pick ``M`` coordinates; the first "
+        "``batch_dims`` axes of ``Y`` run along as many leading data axes. Indices must be in "
+        "range (the reference raises when they are not, a kernel clamps); ``index_rank`` gives "
+        "``M`` when the indices' first dimension is not static."))
+
+
+@relation("ScatterNDRel")
+def scatter_nd_rel(types, attrs):
+    """``ScatterNDRel``: indices ``[M, Y...]``, updates ``Y + data.shape[M:]`` of the data's
+    dtype; the output has the data's type."""
+    data, indices, updates = types
+    if not (known(data) and known(indices) and known(updates)):
+        return None
+    data, indices, updates = tensor(data, "data"), _index_tensor(indices), tensor(updates, "updates")
+    if indices.ndim < 1:
+        fail(f"indices must have rank at least 1 ([M, ...]), got {indices}")
+    m = indices.shape[0]
+    if not isinstance(m, int):
+        fail(f"the number of coordinates (the first dimension of indices {indices}) must be static")
+    if m > data.ndim:
+        fail(f"indices {indices} give {m} coordinates but the data {data} has rank {data.ndim}")
+    if updates.dtype != data.dtype:
+        fail(f"updates have dtype {updates.dtype} but the data has {data.dtype}")
+    expected = indices.shape[1:] + data.shape[m:]
+    if updates.ndim != len(expected) or any(provably_different(a, e) for a, e in
+                                            zip(updates.shape, expected)):
+        fail(f"updates {updates} must have the shape {fmt_shape(expected)} (the indices' positions, "
+             f"then the data's axes after the {m} indexed ones)")
+    if attrs.mode != "update" and data.dtype == "bool":
+        fail(f"mode={attrs.mode!r} needs a numeric data tensor, got bool")
+    return data
+
+
+def _scatter_nd_ref(data, indices, updates, attrs):
+    m = indices.shape[0]
+    idx = indices.reshape(m, -1).astype(np.int64)
+    _check_in_range(idx, data.shape[:m], "index")
+    count, rest = idx.shape[1], data.shape[m:]
+    flat = np.ravel_multi_index(tuple(idx), data.shape[:m]) if m else np.zeros(count, np.int64)
+    upd = updates.reshape((count,) + rest)
+    out = data.reshape((-1,) + rest).copy()
+    if attrs.mode == "update":
+        _, from_end = np.unique(flat[::-1], return_index=True)
+        last = count - 1 - from_end                    # the last update of each position wins
+        out[flat[last]] = upd[last]
+        return out.reshape(data.shape)
+    ufunc, identity = _SCATTER_REDUCTIONS[attrs.mode]
+    total = np.full_like(out, identity(out.dtype))
+    with np.errstate(all="ignore"):
+        ufunc.at(total, flat, upd)                     # in order, from the identity, as the kernel
+        out = ufunc(out, total)
+    return out.reshape(data.shape)
+
+
+def _highest(dtype):
+    return np.finfo(dtype).max if dtype.kind == "f" else np.iinfo(dtype).max
+
+
+def _lowest(dtype):
+    return np.finfo(dtype).min if dtype.kind == "f" else np.iinfo(dtype).min
+
+
+_SCATTER_REDUCTIONS = {"add": (np.add, lambda d: 0), "mul": (np.multiply, lambda d: 1),
+                       "min": (np.minimum, _highest), "max": (np.maximum, _lowest)}
+"""How scatter_nd's modes other than ``update`` combine: the ufunc and its identity."""
+
+
+scatter_nd = register(OpDef(
+    "scatter_nd", ("data", "indices", "updates"), scatter_nd_rel, OpPattern.OPAQUE,
+    attrs={"mode": "update"},
+    normalize=lambda a: dict(a, mode=_choice(a["mode"], "mode", ("update", "add", "mul", "min", "max"))),
+    reference=_scatter_nd_ref, compute=C.scatter_nd_compute,
+    doc="A copy of ``data`` with ``updates[y, x...]`` written at ``data[indices[0, y], ..., "
+        "indices[M-1, y], x...]`` for every position ``y`` of indices ``[M, Y...]``. "
+        "``mode='update'`` stores (of several updates of one place, the last in row-major order "
+        "wins); ``add``, ``mul``, ``min`` and ``max`` combine the data with the sum, product, "
+        "minimum or maximum of the updates of each place (reduced in that order, from the "
+        "reduction's identity). Indices must be in range (the reference raises when they are "
+        "not; a kernel ignores them)."))
+
+
+# ---------------------------------------------------------------------------------------------
+# ndarray_size, reverse
+
+@relation("NdarraySizeRel")
+def ndarray_size_rel(types, attrs):
+    """``NdarraySizeRel``: a scalar of ``dtype``."""
+    (data,) = types
+    if not known(data):
+        return None
+    tensor(data, "data")
+    return TensorType((), attrs.dtype)
+
+
+def _ndarray_size_ref(x, attrs):
+    return np.array(x.size).astype(attrs.dtype)
+
+
+ndarray_size = register(OpDef(
+    "ndarray_size", ("data",), ndarray_size_rel, OpPattern.INJECTIVE, attrs={"dtype": "int32"},
+    normalize=_normalize_shape_dtype, reference=_ndarray_size_ref, compute=C.ndarray_size_compute,
+    doc="The number of elements of ``data``, a scalar of ``dtype`` (it wraps like a cast when the "
+        "count does not fit)."))
+
+
+@relation("ReverseRel")
+def reverse_rel(types, attrs):
+    """``ReverseRel``: the data's type; ``axis`` in range."""
+    (data,) = types
+    if not known(data):
+        return None
+    data = tensor(data, "data")
+    if data.ndim == 0:
+        fail("cannot reverse a scalar")
+    normalize_axis(attrs.axis, data.ndim)
+    return data
+
+
+reverse = register(OpDef(
+    "reverse", ("data",), reverse_rel, OpPattern.INJECTIVE, attrs={"axis": 0},
+    normalize=_normalize_axis_attr,
+    reference=lambda x, attrs: np.ascontiguousarray(np.flip(x, attrs.axis)),
+    compute=C.reverse_compute, doc="The data with the order along ``axis`` reversed."))
+
+
+# ---------------------------------------------------------------------------------------------
+# Scans and sorting: cumsum, cumprod, argsort, sort, topk (Relay's algorithm ops)
+
+def _normalize_scan(a: dict) -> dict:
+    if a["axis"] is not None:
+        a["axis"] = as_int(a["axis"], "axis")
+    a["dtype"] = "" if a["dtype"] in ("", None) else _dtype(a["dtype"])
+    a["exclusive"] = bool(_choice(a["exclusive"] if a["exclusive"] is not None else False,
+                                  "exclusive", (False, True, 0, 1)))
+    return a
+
+
+@relation("ScanopRel")
+def scan_rel(types, attrs):
+    """``ScanopRel``: the data's shape (flattened when ``axis`` is None), dtype ``dtype`` (or the
+    data's)."""
+    (data,) = types
+    if not known(data):
+        return None
+    data = tensor(data, "data")
+    dtype = attrs.dtype or data.dtype
+    if dtype == "bool" or data.dtype == "bool":
+        fail(f"a scan needs numeric tensors, got {data} (dtype {dtype})")
+    if attrs.axis is None:
+        return TensorType((prod(data.shape),), dtype)
+    if data.ndim == 0:
+        fail("cannot scan along an axis of a scalar")
+    normalize_axis(attrs.axis, data.ndim)
+    return TensorType(data.shape, dtype)
+
+
+def _scan_reference(ufunc, identity):
+    def reference(x, attrs):
+        dtype = np.dtype(attrs.dtype or x.dtype)
+        if attrs.axis is None:
+            x, axis = x.reshape(-1), 0
+        else:
+            axis = attrs.axis % x.ndim
+        with np.errstate(over="ignore", invalid="ignore"):
+            out = ufunc.accumulate(x.astype(dtype), axis=axis, dtype=dtype)
+        if attrs.exclusive:
+            first = np.full_like(np.take(out, [0], axis=axis), identity)
+            out = np.concatenate([first, np.take(out, np.arange(x.shape[axis] - 1), axis=axis)], axis=axis)
+        return np.ascontiguousarray(out)
+    return reference
+
+
+cumsum = register(OpDef(
+    "cumsum", ("data",), scan_rel, OpPattern.OPAQUE, attrs={"axis": None, "dtype": "", "exclusive": False},
+    normalize=_normalize_scan, reference=_scan_reference(np.add, 0), compute=C.scan_compute("sum"),
+    doc="Running sums along ``axis`` (of the flattened data when None), in ``dtype`` (the data's "
+        "when empty; integers wrap); ``exclusive`` leaves each element out of its own sum (the "
+        "first is 0)."))
+
+cumprod = register(OpDef(
+    "cumprod", ("data",), scan_rel, OpPattern.OPAQUE, attrs={"axis": None, "dtype": "", "exclusive": False},
+    normalize=_normalize_scan, reference=_scan_reference(np.multiply, 1), compute=C.scan_compute("prod"),
+    doc="Running products along ``axis``, like ``cumsum`` (exclusive: the first is 1)."))
+
+
+def _normalize_sort(a: dict) -> dict:
+    a["axis"] = as_int(a["axis"], "axis")
+    a["is_ascend"] = bool(_choice(a["is_ascend"], "is_ascend", (False, True, 0, 1)))
+    a["dtype"] = _dtype(a["dtype"])
+    if not _int_dtype(a["dtype"]):
+        raise ValueError(f"dtype must be an integer dtype (of the indices), got {a['dtype']!r}")
+    if "k" in a:
+        a["k"] = 0 if a["k"] is None else as_int(a["k"], "k")
+        a["ret_type"] = _choice(a["ret_type"], "ret_type", ("both", "values", "indices"))
+    return a
+
+
+def _sort_data(types, attrs):
+    (data,) = types
+    if not known(data):
+        return None, None
+    data = tensor(data, "data")
+    if data.ndim == 0:
+        fail("cannot sort a scalar")
+    if data.dtype == "bool":
+        fail(f"sorting needs a numeric tensor, got {data}")
+    return data, normalize_axis(attrs.axis, data.ndim)
+
+
+@relation("ArgsortRel")
+def argsort_rel(types, attrs):
+    """``ArgsortRel``: the data's shape, dtype ``dtype``."""
+    data, _ = _sort_data(types, attrs)
+    return None if data is None else TensorType(data.shape, attrs.dtype)
+
+
+@relation("SortRel")
+def sort_rel(types, attrs):
+    """The data's type; ``axis`` in range."""
+    data, _ = _sort_data(types, attrs)
+    return data
+
+
+@relation("TopKRel")
+def topk_rel(types, attrs):
+    """``TopKRel``: ``axis`` becomes ``k`` (all of it when ``k < 1``); ``ret_type`` ``both`` gives
+    the tuple (values, indices of ``dtype``)."""
+    data, axis = _sort_data(types, attrs)
+    if data is None:
+        return None
+    shape = list(data.shape)
+    if attrs.k >= 1:
+        if isinstance(shape[axis], int) and attrs.k > shape[axis]:
+            fail(f"k={attrs.k} is larger than the extent {shape[axis]} of axis {attrs.axis}")
+        shape[axis] = attrs.k
+    values, indices = TensorType(shape, data.dtype), TensorType(shape, attrs.dtype)
+    return {"both": TupleType([values, indices]), "values": values, "indices": indices}[attrs.ret_type]
+
+
+def _stable_order(x, axis: int, ascending: bool):
+    """Positions that sort ``x`` along ``axis``, equal elements kept in their order (stable in
+    both directions)."""
+    if ascending:
+        return np.argsort(x, axis=axis, kind="stable")
+    n = x.shape[axis]
+    flipped = np.flip(np.argsort(np.flip(x, axis), axis=axis, kind="stable"), axis)
+    return n - 1 - flipped
+
+
+def _argsort_ref(x, attrs):
+    axis = attrs.axis % x.ndim
+    return _stable_order(x, axis, attrs.is_ascend).astype(attrs.dtype)
+
+
+def _sort_ref(x, attrs):
+    axis = attrs.axis % x.ndim
+    return np.take_along_axis(x, _stable_order(x, axis, attrs.is_ascend), axis)
+
+
+def _topk_ref(x, attrs):
+    axis = attrs.axis % x.ndim
+    order = _stable_order(x, axis, attrs.is_ascend)
+    if attrs.k >= 1:
+        order = np.take(order, np.arange(attrs.k), axis=axis)
+    values, indices = np.take_along_axis(x, order, axis), order.astype(attrs.dtype)
+    return {"both": (values, indices), "values": values, "indices": indices}[attrs.ret_type]
+
+
+_SORT_DOC = ("Equal elements keep their order (a stable sort, in both directions); NaNs have no "
+             "defined place.")
+
+argsort = register(OpDef(
+    "argsort", ("data",), argsort_rel, OpPattern.OPAQUE,
+    attrs={"axis": -1, "is_ascend": True, "dtype": "int32"}, normalize=_normalize_sort,
+    reference=_argsort_ref, compute=C.argsort_compute,
+    doc="The positions that sort ``data`` along ``axis`` (ascending unless ``is_ascend`` is "
+        "False), as ``dtype``. " + _SORT_DOC))
+
+sort = register(OpDef(
+    "sort", ("data",), sort_rel, OpPattern.OPAQUE,
+    attrs={"axis": -1, "is_ascend": True, "dtype": "int32"}, normalize=_normalize_sort,
+    reference=_sort_ref, compute=C.sort_compute,
+    doc="``data`` sorted along ``axis`` (ascending unless ``is_ascend`` is False). " + _SORT_DOC))
+
+topk = register(OpDef(
+    "topk", ("data",), topk_rel, OpPattern.OPAQUE,
+    attrs={"k": 1, "axis": -1, "ret_type": "both", "is_ascend": False, "dtype": "int32"},
+    normalize=_normalize_sort, reference=_topk_ref, compute=C.topk_compute,
+    doc="The ``k`` largest elements along ``axis`` (smallest with ``is_ascend``; all when "
+        "``k < 1``) in order, and their positions as ``dtype``: ``ret_type`` ``both`` gives the "
+        "tuple (values, indices), ``values`` or ``indices`` one of them. " + _SORT_DOC))
+
+
+# ---------------------------------------------------------------------------------------------
+# broadcast_to_like, slice_like
+
+@relation("BroadCastToLikeRel")
+def broadcast_to_like_rel(types, attrs):
+    """``BroadCastToLikeRel``: ``broadcast_type``'s shape and the data's dtype, when the data
+    broadcasts to that shape."""
+    data, like = types
+    if not (known(data) and known(like)):
+        return None
+    data, like = tensor(data, "data"), tensor(like, "broadcast_type")
+    shape = tuple(like.shape)
+    if data.ndim > len(shape):
+        fail(f"cannot broadcast {data} to {like}: the data has more dimensions")
+    offset = len(shape) - data.ndim
+    for i, d in enumerate(data.shape):
+        if d != 1 and provably_different(d, shape[offset + i]):
+            fail(f"cannot broadcast {data} to {like}: dimension {i} has extent {format_dim(d)}, "
+                 f"neither 1 nor {format_dim(shape[offset + i])}")
+    return TensorType(shape, data.dtype)
+
+
+broadcast_to_like = register(OpDef(
+    "broadcast_to_like", ("data", "broadcast_type"), broadcast_to_like_rel, OpPattern.BROADCAST,
+    reference=lambda x, like, attrs: np.array(np.broadcast_to(x, like.shape), order="C"),
+    compute=C.broadcast_to_like_compute,
+    doc="``data`` broadcast (numpy's rules) to the shape of ``broadcast_type``, whose values are "
+        "not read."))
+
+
+def _normalize_slice_like(a: dict) -> dict:
+    if a["axes"] is not None:
+        axes = a["axes"] if isinstance(a["axes"], tuple) else (a["axes"],)
+        a["axes"] = tuple(as_int(x, "axes") for x in axes)
+    return a
+
+
+def _slice_like_shape(data: TensorType, like: TensorType, attrs) -> tuple:
+    shape = list(data.shape)
+    if attrs.axes is None or not attrs.axes:
+        axes = range(min(data.ndim, like.ndim))
+    else:
+        axes = [normalize_axis(a, data.ndim, "axes entry") for a in attrs.axes]
+    for a in axes:
+        if a >= like.ndim:
+            fail(f"axis {a} is past the rank {like.ndim} of shape_like {like}")
+        d, t = data.shape[a], like.shape[a]
+        if isinstance(d, int) and isinstance(t, int) and t > d:
+            fail(f"shape_like {like} is larger than the data {data} along axis {a}")
+        shape[a] = t
+    return tuple(shape)
+
+
+@relation("SliceLikeRel")
+def slice_like_rel(types, attrs):
+    """``SliceLikeRel``: the data's shape with each of ``axes`` (all the axes both have when
+    None) cut to ``shape_like``'s extent, from the start."""
+    data, like = types
+    if not (known(data) and known(like)):
+        return None
+    data, like = tensor(data, "data"), tensor(like, "shape_like")
+    return TensorType(_slice_like_shape(data, like, attrs), data.dtype)
+
+
+def _slice_like_ref(x, like, attrs):
+    shape = _slice_like_shape(TensorType(x.shape, x.dtype.name), TensorType(like.shape, like.dtype.name),
+                              attrs)
+    return np.array(x[tuple(slice(0, e) for e in shape)], order="C")
+
+
+slice_like = register(OpDef(
+    "slice_like", ("data", "shape_like"), slice_like_rel, OpPattern.INJECTIVE, attrs={"axes": None},
+    normalize=_normalize_slice_like, reference=_slice_like_ref, compute=C.slice_like_compute,
+    doc="The leading part of ``data`` with the extents of ``shape_like`` (only its type is read) "
+        "along ``axes`` (every axis both tensors have when None)."))

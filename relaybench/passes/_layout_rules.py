@@ -1,35 +1,24 @@
-"""Layout rules of the operators, and the rewriter that AlterOpLayout and ConvertLayout share.
+"""The layout rewriter that AlterOpLayout and ConvertLayout share (Relay's ``transform_layout.h``).
 
-A *layout rule* (Relay's ``FInferCorrectLayout``) is the ``layout`` slot of an operator's OpDef::
+The operators' layout rules (``FInferCorrectLayout``, in :mod:`relaybench.op._layout`, read
+through the attribute registry so a registration at a higher level replaces a built-in rule) say
+how each operator follows a layout; the passes decide where a layout changes through *hooks*, one
+per operator name::
 
-    rule(attrs, layouts, old_layouts, types) -> LayoutDecision | None
+    hook(call, types, layouts) -> None | dict | Call
 
-``types`` are the input tensors' types in the original program (a tuple argument, such as
-``concatenate``'s, counts as one input per field); ``old_layouts`` the layout each input had
-there and ``layouts`` the layout each input comes in now (``None``: not known, a tensor no
-layout-sensitive operator has named). The rule answers with the layout it wants each input in,
-the layout of each output and, when the call must change to work in those layouts, the attributes
-to change (``axis`` of ``nn.bias_add``, ``layout`` of a pooling, the axes of a reduction) or a
-``build`` function that makes a different call (a ``nn.bias_add`` on a channel axis split into
-blocks becomes an ``add``). ``None`` means the rule cannot reason about this call; the call then
-gets its inputs back in their original layouts, like an operator without a rule.
+``types`` are the call's (flattened) input types in the original program and ``layouts`` the
+layouts its inputs have there. The hook answers
 
-Three kinds of operators, as in Relay:
-
-* *layout-agnostic* ones (``nn.relu``, ``add``) work in whatever layout their inputs come in; a
-  broadcast operand of lower rank (a ``(C, 1, 1)`` scale) is transformed with the same trick as
-  Relay's: the axes it lacks are added in front (``expand_dims``) and the result is rearranged
-  into the matching part of the new layout, ``CHW`` -> ``CHW16c``; an axis of extent 1 that the
-  new layout splits into blocks stays 1 in both parts (a ``reshape`` adds the 1);
-* *lightly layout-sensitive* ones (``nn.bias_add``, ``concatenate``, ``split``, the reductions,
-  the poolings, ``nn.pad``, ``nn.softmax``, ``nn.batch_norm``) follow their input's layout and
-  rewrite the attribute that names an axis, or fall back to the original layout when the axis
-  they work on is split into blocks in a way they cannot follow;
-* *heavily layout-sensitive* ones (``nn.conv2d``, ``layout_transform``) want the layouts their
-  attributes name; a pass changes those attributes through a *hook*.
-
-Operators without a rule (``nn.dense``, ``reshape``, ``transpose``, ``nn.batch_flatten``...) get
-their inputs in the original layout.
+* ``None``: leave the call as it is;
+* a dict: the attributes to change (``{"data_layout": "NCHW16c", ...}``); the operator's layout
+  rule then says which layout each input must come in;
+* a :class:`~relaybench.ir.expr.Call` built on the call's own arguments (Relay's form): the call
+  is replaced by it. An argument of the new call that *is* one of the original arguments stands
+  for that input, and is transformed into the layout the new operator's rule wants; any other
+  argument is an expression of the original arguments in their original layouts, used as it is
+  (a weight the hook transformed itself). A new operator without a layout rule gets its inputs
+  in their original layouts. This form needs the call's inputs to be tensors (not tuples).
 
 The rewriter (:func:`rewrite_layouts`) walks each function once, children first, keeping for
 every rewritten value its layout in the original program and its layout now, and inserts a
@@ -48,7 +37,7 @@ back to its original layout, so the function keeps its type. Weights go through
 ...     return {"data_layout": "NCHW8c", "kernel_layout": "OIHW8i8o", "out_layout": "NCHW8c"}
 >>> out = rewrite_layouts(rb.passes.InferType()(mod), {"nn.conv2d": nchw8c})
 >>> print(out["main"].astext(show_types=False))
-fn (%x: Tensor[(1, 8, 4, 4), float32], %w: Tensor[(16, 8, 1, 1), float32]) {
+fn (%x: Tensor[(1, 8, 4, 4), float32], %w: Tensor[(16, 8, 1, 1), float32]) -> Tensor[(1, 16, 4, 4), float32] {
   %0 = layout_transform(%x, src_layout="NCHW", dst_layout="NCHW8c");
   %1 = layout_transform(%w, src_layout="OIHW", dst_layout="OIHW8i8o");
   %2 = nn.conv2d(%0, %1, channels=16, kernel_size=[1, 1], data_layout="NCHW8c", kernel_layout="OIHW8i8o", out_layout="NCHW8c");
@@ -56,543 +45,41 @@ fn (%x: Tensor[(1, 8, 4, 4), float32], %w: Tensor[(16, 8, 1, 1), float32]) {
   layout_transform(%3, src_layout="NCHW8c", dst_layout="NCHW")
 }
 
+The same hook in Relay's form, returning the new call:
+
+>>> def nchw8c_call(call, types, layouts):
+...     return rb.op.nn.conv2d(*call.args, **dict(call.attrs, data_layout="NCHW8c",
+...                            kernel_layout="OIHW8i8o", out_layout="NCHW8c"))
+>>> again = rewrite_layouts(rb.passes.InferType()(mod), {"nn.conv2d": nchw8c_call})
+>>> rb.structural_equal(again["main"], out["main"])
+True
+
 Everything is iterative: the rewriter is a memoized post-order functor, so a chain of 100,000
 operators goes through.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from functools import lru_cache
-from typing import Callable, Optional
-
 from ..ir.expr import (Call, Constant, Constructor, Function, GlobalVar, Op, Tuple, TupleGetItem, Var,
                        expr_children)
 from ..ir.functor import ExprFunctor, ExprMutator
 from ..ir.layout import Layout
 from ..ir.types import TensorType, TupleType
+from ..op._layout import (LayoutDecision, _same_axes, _splits_evenly, batch_norm_layout,  # noqa: F401
+                          bias_add_layout, broadcast_layout, concatenate_layout, conv2d_layout,
+                          dropout_layout, elemwise_layout, extents_of, layout_transform_layout,
+                          original_layout, pad_layout, pool_layout, reduce_layout, softmax_layout,
+                          split_layout, transform_layout)
+from ..op.registry import get_op_attr
 
 __all__ = [
-    "LayoutDecision", "rewrite_layouts", "transform_layout",
+    "LayoutRewriter", "rewrite_layouts",
+    # the rules, defined in relaybench.op._layout
+    "LayoutDecision", "transform_layout", "extents_of",
     "elemwise_layout", "broadcast_layout", "bias_add_layout", "conv2d_layout", "pool_layout",
     "concatenate_layout", "split_layout", "reduce_layout", "softmax_layout", "pad_layout",
     "layout_transform_layout", "batch_norm_layout", "dropout_layout", "original_layout",
 ]
-
-
-@dataclass(frozen=True)
-class LayoutDecision:
-    """What a layout rule decided for one call.
-
-    ``inputs``: the layout each (flattened) input should come in, ``None`` for an input that has
-    no layout (a scalar, a 1-d statistics vector); ``outputs``: the layout of each output (one for
-    a tensor, one per field for a tuple), ``None`` when not known; ``attrs``: attributes to change
-    (``None``: keep them); ``build(args, attrs) -> Expr``: makes the new call when it is not the
-    same operator with new attributes.
-    """
-
-    inputs: tuple
-    outputs: tuple
-    attrs: Optional[dict] = None
-    build: Optional[Callable] = None
-
-
-# =============================================================================================
-# Layout arithmetic
-
-
-@lru_cache(maxsize=None)
-def _parsed(name: str) -> Optional[Layout]:
-    try:
-        out = Layout(name)
-    except ValueError:
-        return None
-    return None if out.is_undef else out
-
-
-def _layout(name) -> Optional[Layout]:
-    """A Layout from a string (None for an empty string or an invalid one); parsed once."""
-    if name is None or isinstance(name, Layout):
-        return name
-    return _parsed(name)
-
-
-@lru_cache(maxsize=None)
-def _primal(layout: Layout) -> str:
-    return layout.primal
-
-
-@lru_cache(maxsize=None)
-def _factors(layout: Layout) -> dict:
-    """Primal axis -> block factor, for the axes ``layout`` splits into blocks (do not modify)."""
-    return {ax.primal_name: ax.factor for ax in layout.axes if not ax.is_primal}
-
-
-@lru_cache(maxsize=None)
-def _axes_key(layout: Layout) -> str:
-    return "".join(sorted(layout.primal))
-
-
-def _same_axes(a: Layout, b: Layout) -> bool:
-    """Whether two layouts have the same primal axes (so a tensor converts between them)."""
-    return _axes_key(a) == _axes_key(b)
-
-
-def _join(axes) -> Optional[Layout]:
-    """The layout of a sequence of LayoutAxis objects; None when empty or invalid."""
-    return _layout("".join(str(ax) for ax in axes))
-
-
-def _suffix(layout: Layout, rank: int) -> Optional[Layout]:
-    """The layout of the last ``rank`` axes (what a right-aligned broadcast operand of that rank
-    lines up with); None when those axes do not form a layout (a block without its axis)."""
-    if rank > layout.ndim:
-        return None
-    return _join(layout.axes[layout.ndim - rank:])
-
-
-def _restrict(layout: Layout, primals) -> Optional[Layout]:
-    """The axes of ``layout`` (blocks included) whose primal axis is in ``primals``, in order."""
-    return _join(ax for ax in layout.axes if ax.primal_name in primals)
-
-
-@lru_cache(maxsize=None)
-def _aligned_part(new: Layout, own_old: Layout) -> Layout:
-    """The layout a broadcast operand whose axes are ``own_old`` takes against a tensor in
-    ``new``: the part of ``new`` over the operand's axes when it is a suffix of ``new`` (so
-    right-aligned broadcasting still lines the axes up), else the whole of ``new`` (the operand
-    gets the missing axes, with extent 1, when it is transformed)."""
-    mine = set(own_old.primal)
-    inside = [ax.primal_name in mine for ax in new.axes]
-    first = inside.index(True) if True in inside else len(inside)
-    if all(inside[first:]):
-        part = _restrict(new, mine)
-        if part is not None:
-            return part
-    return new
-
-
-def _divides(factor: int, extent) -> bool:
-    return factor == 1 or (isinstance(extent, int) and extent % factor == 0)
-
-
-@lru_cache(maxsize=65536)
-def _extents(shape: tuple, layout: Layout) -> Optional[dict]:
-    if len(shape) != layout.ndim:
-        return None
-    try:
-        return layout.primal_extents(shape)
-    except ValueError:
-        return None
-
-
-def extents_of(t, layout: Optional[Layout]) -> Optional[dict]:
-    """The full extent of each primal axis of a tensor of type ``t`` in ``layout`` (a shared
-    dict: do not modify it); None when the shape does not fit the layout."""
-    if not isinstance(t, TensorType) or layout is None:
-        return None
-    return _extents(t.shape, layout)
-
-
-def _fits(layout: Layout, extents: Optional[dict]) -> bool:
-    """Whether a tensor with these primal extents can be put in ``layout``: every blocked axis
-    divides evenly, or has extent 1 (a broadcast axis, which stays 1 in both parts) and the
-    extents are known numbers (the reshape that adds the 1 needs them)."""
-    if extents is None:
-        return False
-    special = False
-    for p, f in _factors(layout).items():
-        e = extents.get(p, 1)
-        if _divides(f, e):
-            continue
-        if e != 1:
-            return False
-        special = True
-    return not special or all(isinstance(e, int) for e in extents.values())
-
-
-def _splits_evenly(layout: Layout, extents: Optional[dict]) -> bool:
-    """Whether a tensor with these primal extents can be put in ``layout`` with every blocked
-    axis split into whole blocks. Stricter than :func:`_fits`: an axis of extent 1 does not
-    pass a block larger than 1, since only a broadcast operand may stand for a whole block with
-    one element (a tensor that is joined, split or convolved along the axis needs its full
-    extent in blocks)."""
-    if extents is None:
-        return False
-    return all(_divides(f, extents.get(p, 1)) for p, f in _factors(layout).items())
-
-
-def _unsplit(layout: Layout, primals) -> Layout:
-    return _join(ax for ax in layout.axes if ax.is_primal or ax.primal_name not in primals)
-
-
-@lru_cache(maxsize=None)
-def _op(name: str):
-    from ..op.registry import OpCaller, get_opdef
-    return OpCaller(get_opdef(name))
-
-
-def _layout_transform(expr, src: Layout, dst: Layout):
-    """``layout_transform(expr, src, dst)``; a transform of a transform is one transform (or none)."""
-    if (isinstance(expr, Call) and isinstance(expr.op, Op) and expr.op.name == "layout_transform"
-            and expr.attrs["dst_layout"] == src.name):
-        src = Layout(expr.attrs["src_layout"])
-        expr = expr.args[0]
-    if src == dst:
-        return expr
-    return _op("layout_transform")(expr, src_layout=src.name, dst_layout=dst.name)
-
-
-def transform_layout(expr, src, dst, extents: dict):
-    """``expr`` (in layout ``src``, its primal axes of the given full ``extents``) as a tensor in
-    layout ``dst``.
-
-    ``dst`` may have primal axes ``src`` lacks: they are added in front with extent 1
-    (``expand_dims``) before the rearrangement, as for a ``(C, 1, 1)`` scale broadcast against
-    ``NCHW16c`` data. A blocked axis of ``dst`` whose extent is 1 stays 1 in both parts (the
-    tensor only broadcasts along it): the rearrangement leaves the axis whole and a ``reshape``
-    adds the 1 of the block.
-
-    >>> import relaybench as rb
-    >>> s = rb.var("s", shape=(32, 1, 1))
-    >>> print(transform_layout(s, "CHW", "NCHW16c", {"C": 32, "H": 1, "W": 1}).astext(show_types=False))
-    free_var %s: Tensor[(32, 1, 1), float32];
-    %0 = expand_dims(%s);
-    layout_transform(%0, src_layout="NCHW", dst_layout="NCHW16c")
-    """
-    src, dst = Layout(src), Layout(dst)
-    if src == dst:
-        return expr
-    extra = [p for p in src.primal if p not in dst]
-    if extra:
-        raise ValueError(f"cannot transform layout {src} into {dst}: {dst} has no axis {extra[0]}")
-    missing = [p for p in dst.primal if p not in src]
-    extents = dict(extents)
-    if missing:
-        expr = _op("expand_dims")(expr, axis=0, num_newaxis=len(missing))
-        src = Layout("".join(missing) + src.name)
-        extents.update({p: 1 for p in missing})
-    special = []
-    for p in dst.primal:
-        f = dst.factor_of(p)
-        if f is not None and not _divides(f, extents[p]):
-            if extents[p] != 1:
-                raise ValueError(f"cannot transform layout {src} into {dst}: axis {p} of extent "
-                                 f"{extents[p]} does not split into blocks of {f}")
-            special.append(p)
-    target = _unsplit(dst, special) if special else dst
-    expr = _layout_transform(expr, src, target)
-    if special:
-        shape = []
-        for ax in dst.axes:
-            p = ax.primal_name
-            if p in special:
-                shape.append(1)
-            elif ax.is_primal:
-                shape.append(extents[p] // (dst.factor_of(p) or 1))
-            else:
-                shape.append(ax.factor)
-        expr = _op("reshape")(expr, newshape=tuple(shape))
-    return expr
-
-
-def _normalize_axis(axis: int, ndim: int) -> Optional[int]:
-    if not -ndim <= axis < ndim:
-        return None
-    return axis + ndim if axis < 0 else axis
-
-
-# =============================================================================================
-# The rules
-
-
-def elemwise_layout(attrs, layouts, old_layouts, types):
-    """Elementwise unary operators: the output has the input's layout, whatever it is."""
-    return LayoutDecision((layouts[0],), (layouts[0],))
-
-
-def dropout_layout(attrs, layouts, old_layouts, types):
-    """``nn.dropout``: the output and the mask both have the input's layout."""
-    return LayoutDecision((layouts[0],), (layouts[0], layouts[0]))
-
-
-def original_layout(attrs, layouts, old_layouts, types):
-    """Operators that need their inputs as the original program had them (``nn.batch_flatten``
-    reads the NCHW order of the elements); the output's layout is not known."""
-    return LayoutDecision(tuple(old_layouts), (None,))
-
-
-def broadcast_layout(attrs, layouts, old_layouts, types):
-    """Broadcasting operators (``add``, ``multiply``, ``where``, comparisons...).
-
-    The output takes the layout of an input of the highest rank whose layout is known, preferring
-    one whose layout has changed; every input of that rank is put in it, and a broadcast operand of
-    lower rank is put in the matching part of it (see :func:`transform_layout`). Scalars stay as
-    they are. When the new layout does not fit some input (an extent a block does not divide), the
-    call keeps the original layout.
-    """
-    n = len(types)
-    if not all(isinstance(t, TensorType) for t in types):
-        return None
-    ranks = [t.ndim for t in types]
-    top = max(ranks)
-    known = [k for k in range(n) if ranks[k] == top and layouts[k] is not None]
-    if not known:
-        if any(layouts[k] is not None for k in range(n)):
-            return None
-        return LayoutDecision((None,) * n, (None,))
-    changed = [k for k in known if layouts[k] != old_layouts[k]]
-    ref = (changed or known)[0]
-    new, old = layouts[ref], old_layouts[ref] or layouts[ref]
-    wants = []
-    for k in range(n):
-        if ranks[k] == 0:
-            wants.append(None)
-            continue
-        own_old = old if ranks[k] == top else _suffix(old, ranks[k])
-        if own_old is None:
-            return None
-        if old_layouts[k] is not None and old_layouts[k] != own_old:
-            return None
-        want = new if ranks[k] == top else _aligned_part(new, own_old)
-        if not _fits(want, extents_of(types[k], own_old)):
-            if layouts == old_layouts or new == old:
-                return None
-            filled = [o if o is not None else (old if ranks[j] == top else None)
-                      for j, o in enumerate(old_layouts)]
-            return broadcast_layout(attrs, filled, filled, types)
-        wants.append(want)
-    return LayoutDecision(tuple(wants), (new,))
-
-
-def bias_add_layout(attrs, layouts, old_layouts, types):
-    """``nn.bias_add``: follows the data's layout and moves ``axis`` to where the channel axis
-    went. When the new layout splits that axis into blocks, the call becomes an ``add`` with the
-    bias transformed into the matching part of the layout (``C`` -> ``CHW16c``), which
-    FoldConstant folds for a constant bias."""
-    new, old = layouts[0], old_layouts[0] or layouts[0]
-    if new is None:
-        return LayoutDecision((None, None), (None,))
-    axis = _normalize_axis(attrs["axis"], old.ndim)
-    if axis is None:
-        return None
-    ax = old.axes[axis]
-    if not ax.is_primal or old.factor_of(ax.name) is not None:
-        # the bias runs along a block or a blocked axis: only the layout as it is
-        return LayoutDecision((old, None), (old,)) if new == old else None
-    bias_layout = _layout(ax.name)
-    if new == old:
-        return LayoutDecision((new, bias_layout), (new,))
-    if ax.name not in new:
-        return None
-    f = new.factor_of(ax.name)
-    if f is None:
-        return LayoutDecision((new, bias_layout), (new,), attrs={"axis": new.index_of(ax.name)})
-    part = _join(new.axes[new.index_of(ax.name):])
-    if part is None or ax.name.lower() not in part or not _fits(part, extents_of(types[1], bias_layout)):
-        return LayoutDecision((old, bias_layout), (old,))
-    return LayoutDecision((new, part), (new,), build=_build_add)
-
-
-def _build_add(args, attrs):
-    return _op("add")(args[0], args[1])
-
-
-def conv2d_layout(attrs, layouts, old_layouts, types):
-    """Convolutions: the data, kernel and output layouts their attributes name, whatever the
-    inputs come in (a pass changes the attributes through its hook)."""
-    data, kernel = _layout(attrs["data_layout"]), _layout(attrs["kernel_layout"])
-    out = _layout(attrs["out_layout"] or attrs["data_layout"])
-    return LayoutDecision((data, kernel), (out,))
-
-
-def layout_transform_layout(attrs, layouts, old_layouts, types):
-    """``layout_transform``: its input in ``src_layout``, its output in ``dst_layout``."""
-    return LayoutDecision((_layout(attrs["src_layout"]),), (_layout(attrs["dst_layout"]),))
-
-
-def pool_layout(attrs, layouts, old_layouts, types):
-    """Poolings (windowed, global, adaptive): follow the input's layout when it keeps H and W
-    whole (``NCHW16c``, ``NHWC``), rewriting ``layout``; otherwise the ``layout`` attribute's."""
-    own = _layout(attrs["layout"])
-    out = _layout(attrs["out_layout"] or attrs["layout"])
-    cur = layouts[0]
-    # the call as it is reads its input in ``layout``; it adopts an input layout that changed
-    if (out != own or cur is None or cur == old_layouts[0] or cur == own or not _same_axes(cur, own)
-            or cur.factor_of("H") is not None or cur.factor_of("W") is not None):
-        return LayoutDecision((own,), (out,))
-    return LayoutDecision((cur,), (cur,), attrs={"layout": cur.name, "out_layout": ""})
-
-
-def _reference(layouts, old_layouts, candidates):
-    """The input whose layout the call adopts: the first whose layout changed, else the first known."""
-    known = [k for k in candidates if layouts[k] is not None]
-    changed = [k for k in known if layouts[k] != old_layouts[k]]
-    return (changed or known or [None])[0]
-
-
-def concatenate_layout(attrs, layouts, old_layouts, types):
-    """``concatenate``: every field in one layout, the first changed one; ``axis`` follows its
-    axis. Joining along a blocked axis joins the outer blocks, which is right when every field's
-    extent along it is a multiple of the block; when some field's is not (a 1-channel tensor
-    joined to a ``NCHW8c`` convolution output), every field keeps the original layout."""
-    n = len(types)
-    ref = _reference(layouts, old_layouts, range(n))
-    if ref is None:
-        return LayoutDecision((None,) * n, (None,))
-    new, old = layouts[ref], old_layouts[ref] or layouts[ref]
-    if any(o is not None and o != old for o in old_layouts):
-        return None
-    axis = _normalize_axis(attrs["axis"], old.ndim)
-    if axis is None or not old.axes[axis].is_primal:
-        return None if new != old else LayoutDecision((old,) * n, (old,))
-    if new == old:
-        return LayoutDecision((old,) * n, (old,))
-    name = old.axes[axis].name
-    if name not in new or not all(_splits_evenly(new, extents_of(t, old)) for t in types):
-        return LayoutDecision((old,) * n, (old,))
-    return LayoutDecision((new,) * n, (new,), attrs={"axis": new.index_of(name)})
-
-
-def split_layout(attrs, layouts, old_layouts, types):
-    """``split``: follows the input's layout; ``axis`` follows its axis. Along an axis split into
-    blocks of ``f`` the pieces split the outer blocks, so each piece's extent (each index) must
-    be a multiple of ``f`` and the indices are divided by it."""
-    new, old = layouts[0], old_layouts[0] or layouts[0]
-    sections = attrs["indices_or_sections"]
-    count = sections if isinstance(sections, int) else len(sections) + 1
-    if new is None:
-        return LayoutDecision((None,), (None,) * count)
-    keep = LayoutDecision((old,), (old,) * count)
-    if new == old:
-        return keep
-    axis = _normalize_axis(attrs["axis"], old.ndim)
-    if axis is None or not old.axes[axis].is_primal or old.factor_of(old.axes[axis].name):
-        return keep
-    name = old.axes[axis].name
-    extents = extents_of(types[0], old)
-    if name not in new or not _splits_evenly(new, extents):
-        return keep
-    f = new.factor_of(name) or 1
-    if isinstance(sections, int):
-        piece = extents[name] // sections if isinstance(extents[name], int) else None
-        if f > 1 and (piece is None or piece % f):
-            return keep
-        new_sections = sections
-    else:
-        if any(i % f for i in sections):
-            return keep
-        new_sections = tuple(i // f for i in sections)
-    return LayoutDecision((new,), (new,) * count,
-                          attrs={"axis": new.index_of(name), "indices_or_sections": new_sections})
-
-
-def _reduced(attrs, ndim: int) -> tuple:
-    axis = attrs["axis"]
-    if axis is None:
-        return tuple(range(ndim))
-    axes = sorted({a + ndim if a < 0 else a for a in axis})
-    if attrs.get("exclude"):
-        return tuple(i for i in range(ndim) if i not in axes)
-    return tuple(axes)
-
-
-def reduce_layout(attrs, layouts, old_layouts, types):
-    """Reductions (``sum``, ``mean``, ``max``...): follow the input's layout; a reduced axis split
-    into blocks reduces both its parts. The output's layout is the input's without the reduced
-    axes (with them, of extent 1, under ``keepdims``, which a blocked reduced axis cannot have:
-    the call then keeps the original layout). The axes are rewritten as a plain list of the new
-    layout's positions (``exclude`` and negative axes resolved); a reduction over no axis at all
-    (``exclude=True`` listing every axis) is the identity on each element and keeps that form."""
-    new, old = layouts[0], old_layouts[0] or layouts[0]
-    if new is None:
-        return LayoutDecision((None,), (None,))
-    axes = _reduced(attrs, old.ndim)
-    reduced = {old.axes[i].primal_name for i in axes}
-    closed = all((ax.primal_name in reduced) == (i in axes) for i, ax in enumerate(old.axes))
-
-    def out_of(layout):
-        if attrs["keepdims"]:
-            if any(layout.factor_of(p) is not None for p in reduced):
-                return None
-            return layout
-        return _join(ax for ax in layout.axes if ax.primal_name not in reduced)
-
-    old_out = out_of(old) if closed else None
-    keep = LayoutDecision((old,), (old_out,))
-    if new == old or not closed:
-        return keep
-    if not _same_axes(new, old) or (attrs["keepdims"] and out_of(new) is None):
-        return keep
-    new_axes = tuple(i for i, ax in enumerate(new.axes) if ax.primal_name in reduced)
-    if old_out is None and out_of(new) is not None:
-        return keep
-    return LayoutDecision((new,), (out_of(new),), attrs=_reduce_attrs(new_axes, new.ndim))
-
-
-def _reduce_attrs(axes: tuple, ndim: int) -> dict:
-    """The ``axis`` and ``exclude`` of a reduction over exactly ``axes`` of a rank-``ndim``
-    tensor. An empty ``axis`` means *every* axis (Relay's convention), so a reduction over no
-    axis (``exclude=True`` with every axis listed, in the original program) is written that
-    way again rather than as an empty list."""
-    if not axes:
-        return {"axis": tuple(range(ndim)), "exclude": True}
-    return {"axis": axes, "exclude": False}
-
-
-def softmax_layout(attrs, layouts, old_layouts, types):
-    """``nn.softmax``, ``nn.log_softmax``: follow the input's layout unless it splits ``axis``."""
-    new, old = layouts[0], old_layouts[0] or layouts[0]
-    if new is None:
-        return LayoutDecision((None,), (None,))
-    keep = LayoutDecision((old,), (old,))
-    axis = _normalize_axis(attrs["axis"], old.ndim)
-    if new == old or axis is None:
-        return keep
-    ax = old.axes[axis]
-    if not ax.is_primal or old.factor_of(ax.name) or ax.name not in new or new.factor_of(ax.name):
-        return keep
-    return LayoutDecision((new,), (new,), attrs={"axis": new.index_of(ax.name)})
-
-
-def pad_layout(attrs, layouts, old_layouts, types):
-    """``nn.pad``: follows the input's layout, moving each axis's ``(before, after)``; an axis
-    split into blocks can only be left unpadded."""
-    new, old = layouts[0], old_layouts[0] or layouts[0]
-    if new is None:
-        return LayoutDecision((None, None), (None,))
-    keep = LayoutDecision((old, None), (old,))
-    if new == old or not _same_axes(new, old):
-        return keep
-    width = dict(zip((str(ax) for ax in old.axes), attrs["pad_width"]))
-    for ax in old.axes:
-        padded = width[str(ax)] != (0, 0)
-        if padded and (not ax.is_primal or old.factor_of(ax.name) or new.factor_of(ax.name)):
-            return keep
-    new_width = tuple(width[ax.name] if ax.is_primal else (0, 0) for ax in new.axes)
-    return LayoutDecision((new, None), (new,), attrs={"pad_width": new_width})
-
-
-def batch_norm_layout(attrs, layouts, old_layouts, types):
-    """``nn.batch_norm``: follows the data's layout and moves ``axis``, unless the new layout
-    splits that axis into blocks; the statistics vectors have no layout."""
-    new, old = layouts[0], old_layouts[0] or layouts[0]
-    n = len(types)
-    if new is None:
-        return LayoutDecision((None,) * n, (None, None, None))
-    keep = LayoutDecision((old,) + (None,) * (n - 1), (old, None, None))
-    axis = _normalize_axis(attrs["axis"], old.ndim)
-    if new == old or axis is None:
-        return keep
-    ax = old.axes[axis]
-    if not ax.is_primal or old.factor_of(ax.name) or ax.name not in new or new.factor_of(ax.name):
-        return keep
-    return LayoutDecision((new,) + (None,) * (n - 1), (new, None, None),
-                          attrs={"axis": new.index_of(ax.name)})
-
-
-# =============================================================================================
-# The rewriter
 
 
 class _Value:
@@ -762,11 +249,13 @@ class LayoutRewriter:
         except ValueError:
             return None
 
-    def _plan(self, call, opdef, old_in, new_in, types):
-        """What to do with a call: ``(src_old, cur, wants, attrs, old_out, new_out, build)``, or
-        None to fall back. Rules and hooks are pure functions of the call's attributes and types
-        and the layouts, so a plan is made once per distinct question (a long chain of like
-        operators asks the same one)."""
+    def _plan(self, call, opdef, rule, old_in, new_in, types):
+        """What to do with a call (see :meth:`_make_plan`), or None to fall back. Rules are pure
+        functions of the call's attributes and types and the layouts, so the plan of a call
+        without a hook is made once per distinct question (a long chain of like operators asks
+        the same one); a hook sees the call's arguments, so its calls are planned one by one."""
+        if opdef.name in self.hooks:
+            return self._make_plan(call, opdef, rule, old_in, new_in, types)
         key = (opdef.name, call.attrs, tuple(old_in), tuple(new_in), tuple(types), call.checked_type)
         try:
             return self._plans[key]
@@ -774,13 +263,41 @@ class LayoutRewriter:
             pass
         except TypeError:             # something unhashable in the attributes
             key = None
-        plan = self._make_plan(call, opdef, old_in, new_in, types)
+        plan = self._make_plan(call, opdef, rule, old_in, new_in, types)
         if key is not None:
             self._plans[key] = plan
         return plan
 
-    def _make_plan(self, call, opdef, old_in, new_in, types):
-        rule = opdef.layout
+    def _replacement(self, call, opdef, new_call, n: int):
+        """A hook's new call as ``(op, attrs, arg map)``: each argument of the new call is the
+        index of the original input it is, or the expression the hook built."""
+        if not isinstance(new_call.op, Op):
+            raise ValueError(f"the layout hook of {opdef.name} returned a call of {new_call.op!r}; "
+                             f"it must call an operator")
+        if len(call.args) != n:
+            raise ValueError(f"the layout hook of {opdef.name} returned a new call, which needs the "
+                             f"call's inputs to be tensors; return a dict of attributes instead")
+        position = {id(a): i for i, a in enumerate(call.args)}
+        arg_map = tuple(position.get(id(a), a) for a in new_call.args)
+        d = new_call.op.opdef
+        attrs = d.make_attrs(new_call.attrs) if d is not None else new_call.attrs
+        return new_call.op, attrs, arg_map
+
+    def _given_type(self, call, expr):
+        """The type of an expression a hook built from the call's arguments."""
+        from ..ir.type_infer import infer_expr
+        sub = ExprMutator()
+        for i, a in enumerate(call.args):
+            sub.memo[a] = Var(f"input{i}", a.checked_type)
+        return infer_expr(sub.visit(expr))
+
+    def _make_plan(self, call, opdef, rule, old_in, new_in, types):
+        """``(src_old, cur, wants, op, attrs, arg_map, old_out, new_out, build)`` or None.
+
+        ``src_old``/``cur``: the layout each input had in the original program / has now;
+        ``wants``: the layout each argument of the new call is wanted in; ``arg_map``: None when
+        the new call takes the inputs in order, else for each of its arguments the index of the
+        input it is or the expression a hook built (taken as it is)."""
         n = len(types)
         d_old = self._decide(rule, call.attrs, old_in, old_in, types)
         if d_old is None or len(d_old.inputs) != n:
@@ -790,14 +307,30 @@ class LayoutRewriter:
         src_old = [o if o is not None else r for o, r in zip(old_in, d_old.inputs)]
         if any(s is not None and extents_of(t, s) is None for s, t in zip(src_old, types)):
             return None
-        attrs = call.attrs
+        cur = [c if c is not None else s for c, s in zip(new_in, src_old)]
+        old_out = tuple(d_old.outputs)
+        op, attrs, arg_map, new_rule = call.op, call.attrs, None, rule
         hook = self.hooks.get(opdef.name)
         if hook is not None:
             changes = hook(call, types, src_old)
-            if changes:
+            if isinstance(changes, Call):
+                op, attrs, arg_map = self._replacement(call, opdef, changes, n)
+                if op is call.op and arg_map == tuple(range(n)):
+                    arg_map = None            # the same operator on the same inputs: new attributes
+                    if attrs == call.attrs:
+                        attrs = call.attrs
+                else:
+                    new_rule = get_op_attr(op, "FInferCorrectLayout")
+            elif changes:
+                if not isinstance(changes, dict):
+                    raise TypeError(f"the layout hook of {opdef.name} returned {changes!r}; it returns "
+                                    f"None, a dict of attributes to change or a new call")
                 attrs = opdef.make_attrs(dict(attrs, **changes))
-        cur = [c if c is not None else s for c, s in zip(new_in, src_old)]
-        if attrs is call.attrs and all(c == s for c, s in zip(cur, src_old)):
+        if arg_map is not None:
+            d_new = self._replaced_decision(call, new_rule, attrs, arg_map, cur, src_old, types, old_out)
+            if d_new.attrs and op.opdef is not None:
+                attrs = op.opdef.make_attrs(dict(attrs, **d_new.attrs))
+        elif attrs is call.attrs and all(c == s for c, s in zip(cur, src_old)):
             d_new = d_old                     # nothing changed: the call stays as it is
         else:
             d_new = self._decide(rule, attrs, cur, src_old, types)
@@ -808,11 +341,12 @@ class LayoutRewriter:
         if attrs is not call.attrs and attrs == call.attrs:
             attrs = call.attrs
         wants = []
-        for o, c, w in zip(old_in, new_in, d_new.inputs):
-            if w is None and c is not None and c != o:
-                w = o                         # no layout wanted: the input as it was
+        for k, w in enumerate(d_new.inputs):
+            i = k if arg_map is None else arg_map[k]
+            if isinstance(i, int) and w is None and cur[i] is not None and cur[i] != old_in[i]:
+                w = old_in[i]                 # no layout wanted: the input as it was
             wants.append(w)
-        old_out, new_out = tuple(d_old.outputs), tuple(d_new.outputs)
+        new_out = tuple(d_new.outputs)
         if len(old_out) != len(new_out):
             raise ValueError(f"the layout rule of {opdef.name} gave {len(old_out)} and {len(new_out)} "
                              f"outputs for one call")
@@ -820,49 +354,91 @@ class LayoutRewriter:
             if (o is None) != (c is None) or (o is not None and not _same_axes(o, c)):
                 raise ValueError(f"the layout rule of {opdef.name} maps an output of layout {o} to {c}, "
                                  f"which cannot be converted back")
-        return (src_old, cur, wants, attrs, old_out, new_out, d_new.build)
+        return (src_old, cur, wants, op, attrs, arg_map, old_out, new_out, d_new.build)
+
+    def _replaced_decision(self, call, rule, attrs, arg_map, cur, src_old, types, old_out):
+        """The layouts of a hook's new call: its operator's rule decides for the arguments that
+        are inputs; an argument the hook built is taken as it is. Without a rule, or when it
+        cannot decide, the inputs come in their original layouts and the result is in the
+        original call's output layout."""
+        keep = LayoutDecision(tuple(src_old[i] if isinstance(i, int) else None for i in arg_map), old_out)
+        if rule is None:
+            return keep
+        new_types = [types[i] if isinstance(i, int) else self._given_type(call, i) for i in arg_map]
+        d = self._decide(rule, attrs, [cur[i] if isinstance(i, int) else None for i in arg_map],
+                         [src_old[i] if isinstance(i, int) else None for i in arg_map], new_types)
+        if d is None or len(d.inputs) != len(arg_map) or len(d.outputs) != len(old_out):
+            return keep
+        if any((o is None) != (c is None) or (o is not None and not _same_axes(o, c))
+               for o, c in zip(old_out, d.outputs)):
+            return keep                       # the rule cannot place the result: as it was
+        return d
 
     def _call(self, call):
         op = call.op
         opdef = op.opdef if isinstance(op, Op) else None
-        if opdef is None or opdef.layout is None:
+        rule = get_op_attr(op.name, "FInferCorrectLayout") if opdef is not None else None
+        if rule is None:
             return self._fallback(call)
         flat = self._flatten(call)
         if flat is None:
             return self._fallback(call)
         types = [f[5] for f in flat]
-        plan = self._plan(call, opdef, [f[3] for f in flat], [f[4] for f in flat], types)
+        plan = self._plan(call, opdef, rule, [f[3] for f in flat], [f[4] for f in flat], types)
         if plan is None:
             return self._fallback(call)
-        src_old, cur, wants, attrs, old_out, new_out, build = plan
+        src_old, cur, wants, new_op, attrs, arg_map, old_out, new_out, build = plan
+        if arg_map is not None:
+            args = self._replaced_args(call, opdef, flat, types, src_old, cur, wants, arg_map)
+        else:
+            args = self._new_args(call, opdef, flat, types, src_old, cur, wants)
+        if build is not None:
+            expr = build(args, attrs)
+        elif new_op is op and attrs is call.attrs and all(x is y for x, y in zip(args, call.args)):
+            expr = call
+        else:
+            expr = Call(new_op, args, attrs, ()).with_span(call.span)
+        if isinstance(call.checked_type, TupleType):
+            return _Value(expr, old_out, new_out, call)
+        return _Value(expr, old_out[0], new_out[0], call)
+
+    def _new_args(self, call, opdef, flat, types, src_old, cur, wants):
+        """The call's arguments, each (or each tuple field) in the layout wanted."""
         exprs = [self._field_transform(f[2], types[k], src_old[k], cur[k], wants[k],
                                        f"input {k} of {opdef.name}")
                  for k, f in enumerate(flat)]
         if len(exprs) == len(call.args) and all(f[1] is None for f in flat):
-            args = exprs
-        else:
-            args, k = [], 0
-            for a in call.args:
-                if isinstance(a.checked_type, TensorType):
-                    args.append(exprs[k])
-                    k += 1
-                    continue
-                count = len(a.checked_type.fields)
-                fields = exprs[k:k + count]
-                if all(e is f[2] for e, f in zip(fields, flat[k:k + count])):
-                    args.append(self.value(a).expr)
-                else:
-                    args.append(Tuple(fields))
-                k += count
-        if build is not None:
-            expr = build(args, attrs)
-        elif attrs is call.attrs and all(x is y for x, y in zip(args, call.args)):
-            expr = call
-        else:
-            expr = Call(op, args, attrs, ()).with_span(call.span)
-        if isinstance(call.checked_type, TupleType):
-            return _Value(expr, old_out, new_out, call)
-        return _Value(expr, old_out[0], new_out[0], call)
+            return exprs
+        args, k = [], 0
+        for a in call.args:
+            if isinstance(a.checked_type, TensorType):
+                args.append(exprs[k])
+                k += 1
+                continue
+            count = len(a.checked_type.fields)
+            fields = exprs[k:k + count]
+            if all(e is f[2] for e, f in zip(fields, flat[k:k + count])):
+                args.append(self.value(a).expr)
+            else:
+                args.append(Tuple(fields))
+            k += count
+        return args
+
+    def _replaced_args(self, call, opdef, flat, types, src_old, cur, wants, arg_map):
+        """The arguments of a hook's new call: an input in the layout wanted, or the expression the
+        hook built with the inputs in their original layouts put in."""
+        args, sub = [], None
+        for k, i in enumerate(arg_map):
+            if isinstance(i, int):
+                args.append(self._field_transform(flat[i][2], types[i], src_old[i], cur[i], wants[k],
+                                                  f"input {i} of {opdef.name}"))
+                continue
+            if sub is None:
+                sub = ExprMutator()
+                for a in call.args:
+                    sub.memo[a] = self.realize(self.value(a))
+            args.append(sub.visit(i))
+        return args
 
 
 def rewrite_layouts(mod, hooks: dict):

@@ -1,30 +1,69 @@
-"""AlterOpLayout: every convolution in the layout the target's kernels want (Relay's
-``alter_op_layout.cc`` with the x86 ``FTVMAlterOpLayout``).
+"""AlterOpLayout: every operator in the layouts the target's kernels want (Relay's
+``alter_op_layout.cc``), driven by the ``FTVMAlterOpLayout`` attributes registered for the target.
 
-On a CPU a convolution runs fastest on *blocked* layouts: the data ``NCHW{x}c`` (channels in
-blocks of ``x``, innermost, so a vector register holds ``x`` channels of one pixel), the kernel
-``OIHW{x}i{y}o`` and the output ``NCHW{y}c``. This pass gives every ``nn.conv2d`` in ``NCHW`` /
-``OIHW`` those layouts and lets the operators' layout rules carry the new layout through what
-follows (ReLU, the batch-norm arithmetic, residual additions, pooling...), so a
-``layout_transform`` appears only where a layout-sensitive operator needs the original order
-(``nn.batch_flatten``) and at the function's entry and exit. The kernels' transforms are
-``layout_transform`` calls on the weights, which FoldConstant folds once the weights are bound
-constants.
+**The registry.** For each call whose operator has an ``FTVMAlterOpLayout`` registration for the
+current target (:func:`relaybench.op.register_alter_op_layout`; the registration of the highest
+level wins, see :mod:`relaybench.op.registry`), the pass calls it as Relay does::
+
+    fn(attrs, inputs, tinfos, out_type) -> None | dict | Call
+
+``attrs`` are the call's attributes, ``inputs`` its arguments, ``tinfos`` their types and
+``out_type`` the call's type, all as in the original program. The function returns ``None`` to
+keep the call, a dict of the attributes to change (``{"data_layout": "NCHW16c", ...}``), or a new
+call built on ``inputs`` (``rb.op.nn.conv2d(*inputs, **new_attrs)``, or another operator). The
+layout rules (``FInferCorrectLayout``) of the new call's operator then say which layout each
+input must come in, and of every following operator how the new layout carries through; a
+``layout_transform`` is inserted where two layouts meet (see
+:mod:`relaybench.passes._layout_rules`).
+
+**The target.** The current target is the PassContext's ``config["relay.target"]`` (a target
+string, a kind or a Target; ``rb.build`` sets it), ``llvm`` when none is given. Its strategy module
+is imported first, since that is where a target registers its policies. For ``llvm`` that is
+:func:`x86_conv2d_layouts`, the ``FTVMAlterOpLayout`` of ``nn.conv2d`` at level 0, described
+below; a user's registration at a higher level (the default, 10) replaces it:
+
+>>> import relaybench as rb
+>>> from relaybench import op
+>>> mod = rb.parse('''#[version = "0.0.5"]
+... def @main(%x: Tensor[(1, 8, 4, 4), float32], %w: Tensor[(8, 8, 1, 1), float32]) {
+...   nn.conv2d(%x, %w, channels=8, kernel_size=[1, 1])
+... }''')
+>>> def nhwc(attrs, inputs, tinfos, out_type):
+...     return op.nn.conv2d(*inputs, **dict(attrs, data_layout="NHWC", kernel_layout="HWIO"))
+>>> with op.attr_scope(), rb.PassContext(opt_level=3):
+...     _ = op.register_alter_op_layout("nn.conv2d", nhwc, level=11)
+...     print(AlterOpLayout()(mod)["main"].body.astext(show_types=False))
+free_var %x: Tensor[(1, 8, 4, 4), float32];
+free_var %w: Tensor[(8, 8, 1, 1), float32];
+%0 = layout_transform(%x, src_layout="NCHW", dst_layout="NHWC");
+%1 = layout_transform(%w, src_layout="OIHW", dst_layout="HWIO");
+%2 = nn.conv2d(%0, %1, channels=8, kernel_size=[1, 1], data_layout="NHWC", kernel_layout="HWIO");
+layout_transform(%2, src_layout="NHWC", dst_layout="NCHW")
+
+**The x86 policy.** On a CPU a convolution runs fastest on *blocked* layouts: the data
+``NCHW{x}c`` (channels in blocks of ``x``, innermost, so a vector register holds ``x`` channels of
+one pixel), the kernel ``OIHW{x}i{y}o`` and the output ``NCHW{y}c``. The policy gives every
+``nn.conv2d`` in ``NCHW`` / ``OIHW`` those layouts and lets the operators' layout rules carry the
+new layout through what follows (ReLU, the batch-norm arithmetic, residual additions,
+pooling...), so a ``layout_transform`` appears only where a layout-sensitive operator needs the
+original order (``nn.batch_flatten``) and at the function's entry and exit. The kernels'
+transforms are ``layout_transform`` calls on the weights, which FoldConstant folds once the
+weights are bound constants.
 
 **Block sizes.** ``x`` is the largest divisor of the input channels not above ``max_block`` and
-``y`` the largest divisor of the output channels not above it (``max_block`` is the SIMD width in
-float32 lanes: 16 for AVX-512, the default, 8 for AVX2). This is the x86 default of Relay's
-schedules; it gives 16 for every power-of-two channel count from 16 up, and 3 for an RGB input
-(``NCHW3c``, which is NHWC for the first convolution). Because the block of a channel count depends
-on that count alone, a convolution's output block is always the next convolution's input block,
-and no transform is needed between them.
+``y`` the largest divisor of the output channels not above it (``max_block``, the pass's option
+that the policy reads through :func:`current_max_block`, is the SIMD width in float32 lanes: 16
+for AVX-512, the default, 8 for AVX2). This is the x86 default of Relay's schedules; it gives 16
+for every power-of-two channel count from 16 up, and 3 for an RGB input (``NCHW3c``, which is
+NHWC for the first convolution). Because the block of a channel count depends on that count
+alone, a convolution's output block is always the next convolution's input block, and no
+transform is needed between them.
 
 **Grouped convolutions.** A depthwise convolution (``groups`` equal to the input channels) is
 blocked like the others, its kernel ``OIHW1i{y}o`` (one input channel per group). Other grouped
 convolutions keep ``NCHW``, as Relay's x86 schedules do; the layout is transformed back around
 them. ``nn.dense`` is left as it is.
 
->>> import relaybench as rb
 >>> mod = rb.parse('''#[version = "0.0.5"]
 ... def @main(%x: Tensor[(1, 3, 8, 8), float32], %w: Tensor[(32, 3, 3, 3), float32]) {
 ...   %0 = nn.conv2d(%x, %w, padding=[1, 1, 1, 1], channels=32, kernel_size=[3, 3]);
@@ -34,7 +73,7 @@ them. ``nn.dense`` is left as it is.
 >>> with rb.PassContext(opt_level=3):
 ...     out = AlterOpLayout()(mod)
 >>> print(out["main"].astext(show_types=False))
-fn (%x: Tensor[(1, 3, 8, 8), float32], %w: Tensor[(32, 3, 3, 3), float32]) {
+fn (%x: Tensor[(1, 3, 8, 8), float32], %w: Tensor[(32, 3, 3, 3), float32]) -> Tensor[(1, 32, 4, 4), float32] {
   %0 = layout_transform(%x, src_layout="NCHW", dst_layout="NCHW3c");
   %1 = layout_transform(%w, src_layout="OIHW", dst_layout="OIHW3i16o");
   %2 = nn.conv2d(%0, %1, padding=[1, 1, 1, 1], channels=32, kernel_size=[3, 3], data_layout="NCHW3c", kernel_layout="OIHW3i16o", out_layout="NCHW16c");
@@ -46,14 +85,24 @@ fn (%x: Tensor[(1, 3, 8, 8), float32], %w: Tensor[(32, 3, 3, 3), float32]) {
 
 from __future__ import annotations
 
-from functools import partial
+from contextvars import ContextVar
 from typing import Optional
 
 from ..ir.types import TensorType
+from ..op.registry import get_op_attr, op_attr_registrations
 from ._layout_rules import rewrite_layouts
 from .infra import module_pass
+from .legalize import current_target, load_target_policies
 
-__all__ = ["AlterOpLayout", "channel_block", "x86_conv2d_layouts"]
+__all__ = ["AlterOpLayout", "channel_block", "x86_conv2d_layouts", "current_max_block"]
+
+_MAX_BLOCK: ContextVar = ContextVar("alter_op_layout_max_block", default=16)
+
+
+def current_max_block() -> int:
+    """The ``max_block`` option of the AlterOpLayout running now (16 outside one): the SIMD
+    width, in float32 lanes, that a target's layout policy blocks channels for."""
+    return _MAX_BLOCK.get()
 
 
 def channel_block(channels: int, max_block: int = 16) -> int:
@@ -68,13 +117,16 @@ def channel_block(channels: int, max_block: int = 16) -> int:
     return 1
 
 
-def x86_conv2d_layouts(call, types, layouts, max_block: int = 16) -> Optional[dict]:
-    """The blocked layouts for one ``nn.conv2d`` (the attributes to change), or None to leave it."""
-    attrs = call.attrs
+def x86_conv2d_layouts(attrs, inputs, tinfos, out_type, max_block: Optional[int] = None) -> Optional[dict]:
+    """The x86 ``FTVMAlterOpLayout`` of ``nn.conv2d``: the blocked layouts for one call (the
+    attributes to change), or None to leave it. ``max_block`` defaults to the running pass's
+    option (:func:`current_max_block`)."""
+    if max_block is None:
+        max_block = current_max_block()
     if (attrs["data_layout"] != "NCHW" or attrs["kernel_layout"] != "OIHW"
             or attrs["out_layout"] not in ("", "NCHW")):
         return None
-    data, weight = types
+    data, weight = tinfos
     if not (isinstance(data, TensorType) and isinstance(weight, TensorType)
             and data.is_static and weight.is_static):
         return None
@@ -91,15 +143,45 @@ def x86_conv2d_layouts(call, types, layouts, max_block: int = 16) -> Optional[di
     return {"data_layout": f"NCHW{ic}c", "kernel_layout": kernel, "out_layout": f"NCHW{oc}c"}
 
 
+def _hook(fn):
+    """The rewriter's hook calling a registered ``FTVMAlterOpLayout`` with Relay's arguments."""
+    def hook(call, types, layouts):
+        return fn(call.attrs, list(call.args), [a.checked_type for a in call.args], call.checked_type)
+    return hook
+
+
+def alter_layout_hooks(target) -> dict:
+    """Operator name -> rewriter hook, for every operator with an ``FTVMAlterOpLayout`` for
+    ``target`` (the target's own policies loaded first)."""
+    load_target_policies(target)
+    hooks = {}
+    for name, key, _level, _target in op_attr_registrations():
+        if key == "FTVMAlterOpLayout" and name not in hooks:
+            fn = get_op_attr(name, key, target=target)
+            if fn is not None:
+                hooks[name] = _hook(fn)
+    return hooks
+
+
 @module_pass(opt_level=3)
 def AlterOpLayout(mod, ctx, *, max_block: int = 16):
-    """Put every NCHW convolution in the blocked layouts of x86 kernels (NCHW16c, OIHW16i16o).
+    """Put every operator in the layouts the current target's kernels want (its registered
+    ``FTVMAlterOpLayout``); on ``llvm``, every NCHW convolution in the blocked layouts of x86
+    kernels (NCHW16c, OIHW16i16o).
 
-    The data, kernel and output layouts of each ``nn.conv2d`` become ``NCHW{x}c``,
-    ``OIHW{x}i{y}o`` and ``NCHW{y}c`` with ``x``, ``y`` the largest divisors of the input and
-    output channels not above ``max_block``; the following operators adopt the new layout through
-    their layout rules and ``layout_transform`` is inserted only where layouts disagree.
+    With the x86 policy, the data, kernel and output layouts of each ``nn.conv2d`` become
+    ``NCHW{x}c``, ``OIHW{x}i{y}o`` and ``NCHW{y}c`` with ``x``, ``y`` the largest divisors of the
+    input and output channels not above ``max_block``; the following operators adopt the new
+    layout through their layout rules and ``layout_transform`` is inserted only where layouts
+    disagree.
     """
     if max_block < 1:
         raise ValueError(f"AlterOpLayout: max_block must be at least 1, got {max_block}")
-    return rewrite_layouts(mod, {"nn.conv2d": partial(x86_conv2d_layouts, max_block=max_block)})
+    hooks = alter_layout_hooks(current_target(ctx))
+    if not hooks:
+        return mod
+    token = _MAX_BLOCK.set(max_block)
+    try:
+        return rewrite_layouts(mod, hooks)
+    finally:
+        _MAX_BLOCK.reset(token)

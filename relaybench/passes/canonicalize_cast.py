@@ -19,7 +19,7 @@ Narrowing casts and casts between types of equal width are left alone.
 ...   (%1, %2)
 ... }''')
 >>> print(rb.passes.CanonicalizeCast()(mod)["main"].astext(show_types=False))
-fn (%x: Tensor[(4), int8]) {
+fn (%x: Tensor[(4), int8]) -> (Tensor[(4), int32], Tensor[(4), int32]) {
   %0 = cast(%x, dtype="int32");
   %1 = add(%0, 1);
   %2 = cast(%x, dtype="int32");

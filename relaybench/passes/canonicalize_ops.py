@@ -12,7 +12,7 @@ it is; nothing inside ``Primitive`` functions is touched.
 ...   nn.bias_add(%x, %b)
 ... }''')
 >>> print(CanonicalizeOps()(mod)["main"].astext(show_types=False))
-fn (%x: Tensor[(1, 4, 8, 8), float32], %b: Tensor[(4), float32]) {
+fn (%x: Tensor[(1, 4, 8, 8), float32], %b: Tensor[(4), float32]) -> Tensor[(1, 4, 8, 8), float32] {
   %0 = expand_dims(%b, axis=1, num_newaxis=2);
   add(%x, %0)
 }

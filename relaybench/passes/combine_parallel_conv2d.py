@@ -27,7 +27,7 @@ rewriting) is the :class:`ParallelOpCombiner` that CombineParallelDense reuses.
 ...   (nn.relu(%0), nn.relu(%1), nn.relu(%2))
 ... }''')
 >>> print(rb.passes.CombineParallelConv2D()(mod)["main"].astext(show_types=False))
-fn (%x: Tensor[(1, 4, 8, 8), float32], %w1: Tensor[(2, 4, 3, 3), float32], %w2: Tensor[(3, 4, 3, 3), float32], %w3: Tensor[(5, 4, 3, 3), float32]) {
+fn (%x: Tensor[(1, 4, 8, 8), float32], %w1: Tensor[(2, 4, 3, 3), float32], %w2: Tensor[(3, 4, 3, 3), float32], %w3: Tensor[(5, 4, 3, 3), float32]) -> (Tensor[(1, 2, 8, 8), float32], Tensor[(1, 3, 8, 8), float32], Tensor[(1, 5, 8, 8), float32]) {
   %0 = (%w1, %w2, %w3);
   %1 = concatenate(%0);
   %2 = nn.conv2d(%x, %1, padding=[1, 1, 1, 1], channels=10, kernel_size=[3, 3]);

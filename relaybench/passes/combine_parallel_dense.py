@@ -20,7 +20,7 @@ When at least ``min_num_branches`` ``nn.dense`` calls share their input, the pas
 ...   (nn.dense(%x, %w1), nn.dense(%x, %w2), nn.dense(%x, %w3))
 ... }''')
 >>> print(rb.passes.CombineParallelDense()(mod)["main"].astext(show_types=False))
-fn (%x: Tensor[(2, 4), float32], %w1: Tensor[(3, 4), float32], %w2: Tensor[(3, 4), float32], %w3: Tensor[(3, 4), float32]) {
+fn (%x: Tensor[(2, 4), float32], %w1: Tensor[(3, 4), float32], %w2: Tensor[(3, 4), float32], %w3: Tensor[(3, 4), float32]) -> (Tensor[(2, 3), float32], Tensor[(2, 3), float32], Tensor[(2, 3), float32]) {
   %0 = (%x, %x, %x);
   %1 = stack(%0);
   %2 = (%w1, %w2, %w3);

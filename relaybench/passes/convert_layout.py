@@ -1,12 +1,24 @@
 """ConvertLayout: the convolutions in the data layouts asked for (Relay's ``convert_layout.cc``).
 
 The same machinery as AlterOpLayout (:mod:`relaybench.passes._layout_rules`), with the layouts
-chosen by the user instead of the target: each ``nn.conv2d`` (and ``nn.conv2d_transpose``) named in
-``desired_layouts`` gets the data layout and kernel layout given there, the following operators
-adopt the new layout through their layout rules, and ``layout_transform`` is inserted only where
-two layouts meet (at the entry, the exit and around operators that need the original order). A
-typical use is a model written in one layout (an ONNX export in NCHW) run on kernels written for
-another (NHWC).
+chosen by the user instead of the target: each operator named in ``desired_layouts`` is converted
+by its ``FTVMConvertOpLayout`` attribute, the following operators adopt the new layout through
+their layout rules, and ``layout_transform`` is inserted only where two layouts meet (at the
+entry, the exit and around operators that need the original order). A typical use is a model
+written in one layout (an ONNX export in NCHW) run on kernels written for another (NHWC).
+
+**The registry.** ``FTVMConvertOpLayout`` is called as in Relay::
+
+    fn(attrs, inputs, tinfos, desired_layouts) -> None | dict | Call
+
+with the call's attributes, arguments and their types, and the layouts asked for that operator
+(a list, ``[data_layout, kernel_layout]`` for a convolution, its ``"default"`` resolved); it
+returns ``None`` to keep the call, a dict of attributes to change, or a new call built on
+``inputs`` (see :mod:`relaybench.passes._layout_rules` for what the rewriter does with it).
+The built-in conversions of ``nn.conv2d`` and ``nn.conv2d_transpose``
+(:func:`convert_conv_layout`) are their level-0 registrations; a user registers another at a
+higher level (:func:`relaybench.op.register_convert_op_layout`), for these operators or any other,
+which ``desired_layouts`` may then name (its layouts passed as given).
 
 **The option.** ``desired_layouts`` maps an operator to ``[data_layout, kernel_layout]``; the
 kernel layout may be ``"default"``. It is a string option, read by :func:`parse_desired_layouts`,
@@ -39,7 +51,7 @@ asked blocks do not divide is left as it is.
 >>> with rb.PassContext(opt_level=3):
 ...     out = ConvertLayout(desired_layouts="nn.conv2d:NHWC:HWIO")(mod)
 >>> print(out["main"].astext(show_types=False))
-fn (%x: Tensor[(1, 3, 8, 8), float32], %w: Tensor[(4, 3, 3, 3), float32], %b: Tensor[(4), float32]) {
+fn (%x: Tensor[(1, 3, 8, 8), float32], %w: Tensor[(4, 3, 3, 3), float32], %b: Tensor[(4), float32]) -> Tensor[(1, 4, 8, 8), float32] {
   %0 = layout_transform(%x, src_layout="NCHW", dst_layout="NHWC");
   %1 = layout_transform(%w, src_layout="OIHW", dst_layout="HWIO");
   %2 = nn.conv2d(%0, %1, padding=[1, 1, 1, 1], channels=4, kernel_size=[3, 3], data_layout="NHWC", kernel_layout="HWIO");
@@ -53,14 +65,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from functools import partial
 from typing import Optional
 
 from ..ir.layout import Layout
-from ._layout_rules import _splits_evenly, extents_of, rewrite_layouts
+from ..op._layout import _splits_evenly, extents_of
+from ..op.registry import get_op_attr, get_opdef, register_convert_op_layout
+from ._layout_rules import rewrite_layouts
 from .infra import module_pass
 
-__all__ = ["ConvertLayout", "parse_desired_layouts"]
+__all__ = ["ConvertLayout", "parse_desired_layouts", "convert_conv_layout"]
 
 # the operators whose layouts can be asked for -> {data layout: its default kernel layout}
 _CONVERTIBLE = {
@@ -102,7 +115,8 @@ def _dict_text(text: str) -> dict:
 
 def parse_desired_layouts(value) -> dict:
     """``desired_layouts`` (a dict or the compact string) as ``{op: (data_layout, kernel_layout)}``
-    with default kernel layouts resolved.
+    with default kernel layouts resolved (for an operator converted by a user's registration,
+    ``{op: (layouts as given)}``).
 
     >>> parse_desired_layouts("nn.conv2d:NHWC")
     {'nn.conv2d': ('NHWC', 'HWIO')}
@@ -128,8 +142,12 @@ def parse_desired_layouts(value) -> dict:
     out = {}
     for op_name, layouts in value.items():
         if op_name not in _CONVERTIBLE:
-            raise ValueError(f"ConvertLayout: cannot convert the layout of {op_name!r} (it converts "
-                             f"{', '.join(_CONVERTIBLE)}; the other operators follow their inputs)")
+            if get_op_attr(op_name, "FTVMConvertOpLayout") is None:
+                raise ValueError(f"ConvertLayout: cannot convert the layout of {op_name!r} (it converts "
+                                 f"{', '.join(_CONVERTIBLE)} and the operators with an "
+                                 f"FTVMConvertOpLayout registration; the others follow their inputs)")
+            out[op_name] = tuple([layouts] if isinstance(layouts, str) else layouts)
+            continue
         if isinstance(layouts, str):
             layouts = [layouts]
         layouts = list(layouts)
@@ -154,23 +172,52 @@ def parse_desired_layouts(value) -> dict:
     return out
 
 
-def _convert_conv(call, types, layouts, data_layout: str, kernel_layout: str) -> Optional[dict]:
-    attrs = call.attrs
-    if attrs["data_layout"] == data_layout and attrs["kernel_layout"] == kernel_layout:
+def _out_type(op_name: str, tinfos, attrs):
+    """The type of a call of ``op_name`` on inputs of these types, by its type relation."""
+    try:
+        out = get_opdef(op_name).type_rel(list(tinfos), attrs)
+    except Exception:         # a relation that cannot say: the conversion is not made
         return None
-    data_l, kernel_l = Layout(data_layout), Layout(kernel_layout)
-    data_ext = extents_of(types[0], layouts[0])
-    kernel_ext = extents_of(types[1], layouts[1])
-    # a convolution reads and writes whole channel blocks: a block must divide the channels
-    # (one channel is not a block of any size, as it would be for a broadcast operand)
-    if not (_splits_evenly(data_l, data_ext) and _splits_evenly(kernel_l, kernel_ext)):
-        return None
-    out_ext = extents_of(call.checked_type, Layout(attrs["out_layout"] or attrs["data_layout"]))
-    if not _splits_evenly(data_l, out_ext):
-        return None
-    if any(data_l.factor_of(p) and not isinstance(e, int) for p, e in (data_ext or {}).items()):
-        return None
-    return {"data_layout": data_layout, "kernel_layout": kernel_layout, "out_layout": ""}
+    return out[-1] if isinstance(out, list) else out
+
+
+def convert_conv_layout(op_name: str):
+    """The built-in ``FTVMConvertOpLayout`` of a convolution (``nn.conv2d``,
+    ``nn.conv2d_transpose``): the attributes that put it in ``desired_layouts``
+    (``[data_layout, kernel_layout]``), or None when it already is, or when a channel block asked
+    for does not divide its channels."""
+    def convert(attrs, inputs, tinfos, desired_layouts) -> Optional[dict]:
+        data_layout, kernel_layout = desired_layouts
+        if attrs["data_layout"] == data_layout and attrs["kernel_layout"] == kernel_layout:
+            return None
+        data_l, kernel_l = Layout(data_layout), Layout(kernel_layout)
+        data_ext = extents_of(tinfos[0], Layout(attrs["data_layout"]))
+        kernel_ext = extents_of(tinfos[1], Layout(attrs["kernel_layout"]))
+        # a convolution reads and writes whole channel blocks: a block must divide the channels
+        # (one channel is not a block of any size, as it would be for a broadcast operand)
+        if not (_splits_evenly(data_l, data_ext) and _splits_evenly(kernel_l, kernel_ext)):
+            return None
+        out_ext = extents_of(_out_type(op_name, tinfos, attrs),
+                             Layout(attrs["out_layout"] or attrs["data_layout"]))
+        if not _splits_evenly(data_l, out_ext):
+            return None
+        if any(data_l.factor_of(p) and not isinstance(e, int) for p, e in (data_ext or {}).items()):
+            return None
+        return {"data_layout": data_layout, "kernel_layout": kernel_layout, "out_layout": ""}
+    convert.__name__ = convert.__qualname__ = f"convert_{op_name.replace('.', '_')}_layout"
+    return convert
+
+
+# the built-in conversions: level 0, the library's own
+for _name in _CONVERTIBLE:
+    register_convert_op_layout(_name, convert_conv_layout(_name), level=0)
+
+
+def _hook(fn, desired: list):
+    """The rewriter's hook calling a registered ``FTVMConvertOpLayout`` with Relay's arguments."""
+    def hook(call, types, layouts):
+        return fn(call.attrs, list(call.args), [a.checked_type for a in call.args], list(desired))
+    return hook
 
 
 @module_pass(opt_level=3)
@@ -182,5 +229,5 @@ def ConvertLayout(mod, ctx, desired_layouts: str = "nn.conv2d:NHWC:default"):
     and ``layout_transform`` is inserted only where layouts disagree.
     """
     wanted = parse_desired_layouts(desired_layouts)
-    hooks = {name: partial(_convert_conv, data_layout=d, kernel_layout=k) for name, (d, k) in wanted.items()}
+    hooks = {name: _hook(get_op_attr(name, "FTVMConvertOpLayout"), layouts) for name, layouts in wanted.items()}
     return rewrite_layouts(mod, hooks)

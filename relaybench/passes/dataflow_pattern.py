@@ -1347,7 +1347,7 @@ class RewriteTrace(list):
         return Counter(r.rule for r in self)
 
     def table(self):
-        from ..viz.table import Table
+        from .._table import Table
         return Table([{"round": r.round, "rule": r.rule, "before": _expr_brief(r.before),
                        "after": _expr_brief(r.after)} for r in self])
 

@@ -26,12 +26,12 @@ no bindings, so they pass through unchanged (the same module comes back).
 ...   negative(%once)
 ... }''')
 >>> print(DeadCodeElimination()(mod)["main"].astext(show_types=False))
-fn (%x: Tensor[(2), float32]) {
-  let %once = add(%x, 1f);
+fn (%x: Tensor[(2), float32]) -> Tensor[(2), float32] {
+  let %once: Tensor[(2), float32] = add(%x, 1f);
   negative(%once)
 }
 >>> print(DeadCodeElimination(inline_once=True)(mod)["main"].astext(show_types=False))
-fn (%x: Tensor[(2), float32]) {
+fn (%x: Tensor[(2), float32]) -> Tensor[(2), float32] {
   %0 = add(%x, 1f);
   negative(%0)
 }

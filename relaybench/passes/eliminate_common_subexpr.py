@@ -31,7 +31,7 @@ neither replaced by an earlier one nor offered to later ones, e.g.
 ...   multiply(nn.relu(%0), nn.relu(%1))
 ... }''')
 >>> print(EliminateCommonSubexpr()(mod)["main"].astext(show_types=False))
-fn (%x: Tensor[(4), float32]) {
+fn (%x: Tensor[(4), float32]) -> Tensor[(4), float32] {
   %0 = add(%x, 1f);
   %1 = nn.relu(%0);
   multiply(%1, %1)

@@ -26,7 +26,7 @@ branch that never runs, say) is left for run time, where it fails only if it run
 ...   (multiply(%x, %c), %0)
 ... }''')
 >>> print(FoldConstant()(mod)["main"].astext(show_types=False, show_meta_data=False))
-fn (%x: Tensor[(2), float32]) {
+fn (%x: Tensor[(2), float32]) -> (Tensor[(2), float32], Tensor[(1), int32]) {
   %0 = multiply(%x, 3f);
   (%0, meta[relay.Constant][0])
 }

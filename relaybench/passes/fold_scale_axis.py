@@ -48,7 +48,7 @@ touched.
 >>> with rb.PassContext(opt_level=3):
 ...     out = BackwardFoldScaleAxis()(mod)
 >>> print(out["main"].astext(show_types=False, show_meta_data=False))
-fn (%x: Tensor[(1, 3, 4, 4), float32], %w: Tensor[(2, 3, 1, 1), float32]) {
+fn (%x: Tensor[(1, 3, 4, 4), float32], %w: Tensor[(2, 3, 1, 1), float32]) -> Tensor[(1, 2, 4, 4), float32] {
   %0 = squeeze(meta[relay.Constant][0], axis=[1, 2]);
   %1 = expand_dims(%0, axis=1, num_newaxis=3);
   %2 = multiply(%w, %1);

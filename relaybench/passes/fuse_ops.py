@@ -49,7 +49,7 @@ alone, so running FuseOps twice changes nothing.
 ...   nn.relu(%1)
 ... }''')
 >>> print(FuseOps()(mod)["main"].astext(show_types=False))
-fn (%x: Tensor[(1, 3, 8, 8), float32], %w: Tensor[(4, 3, 3, 3), float32]) {
+fn (%x: Tensor[(1, 3, 8, 8), float32], %w: Tensor[(4, 3, 3, 3), float32]) -> Tensor[(1, 4, 8, 8), float32] {
   %2 = fn (%p0: Tensor[(1, 3, 8, 8), float32], %p1: Tensor[(4, 3, 3, 3), float32], Primitive=1) -> Tensor[(1, 4, 8, 8), float32] {
     %0 = nn.conv2d(%p0, %p1, padding=[1, 1, 1, 1]);
     %1 = add(%0, 1f);
@@ -79,7 +79,7 @@ from ..ir.expr import (Call, Constant, Expr, Function, If, Let, Match, Op, RefCr
 from ..ir.functor import ExprMutator, post_order
 from ..ir.module import IRModule
 from ..ir.types import FuncType, TensorType, TupleType, Type
-from ..op.registry import OpPattern
+from ..op.registry import OpPattern, get_op_attr
 from .infra import PassContext, module_pass, typed
 
 __all__ = ["FuseOps", "DefuseOps", "fuse_function", "IndexedGraph", "PostDominatorTree", "GraphPartitioner",
@@ -220,8 +220,8 @@ class IndexedGraph:
     def _call(self, call: Call) -> None:
         me = self.index[call]
         if isinstance(call.op, Op):
-            opdef = call.op.opdef
-            pattern = int(opdef.pattern) if opdef is not None else OPAQUE
+            pattern = get_op_attr(call.op.name, "TOpPattern")
+            pattern = int(pattern) if pattern is not None else OPAQUE
         else:
             pattern = OPAQUE
             self._mark(call.op)
@@ -745,8 +745,8 @@ def _describe_group(index: int, fn: Function, global_name: str) -> FusedGroup:
     for node in post_order(fn.body):
         if isinstance(node, Call) and isinstance(node.op, Op):
             ops.append(node.op.name)
-            opdef = node.op.opdef
-            kind = int(opdef.pattern) if opdef is not None else OPAQUE
+            kind = get_op_attr(node.op.name, "TOpPattern")
+            kind = int(kind) if kind is not None else OPAQUE
             if kind >= best:
                 anchor, best = node.op.name, kind
     inputs = tuple(p.type_annotation if p.type_annotation is not None else p.type_or_none for p in fn.params)
@@ -787,5 +787,5 @@ def fused_groups(mod) -> list:
 
 def fused_groups_table(mod):
     """:func:`fused_groups` as a table (prints aligned, renders as HTML in a notebook)."""
-    from ..viz.table import Table
+    from .._table import Table
     return Table([g.row() for g in fused_groups(mod)])

@@ -72,7 +72,8 @@ from ..ir.types import TensorType, TupleType
 from ..op import nn as _nn
 from .infra import module_pass, typed
 
-__all__ = ["gradient", "Gradient", "GRADIENTS", "NO_GRADIENT", "register_gradient", "collapse_sum"]
+__all__ = ["gradient", "Gradient", "GRADIENTS", "NO_GRADIENT", "register_gradient", "collapse_sum",
+           "import_gradient_cells"]
 
 
 # =============================================================================================
@@ -1294,6 +1295,44 @@ def gradient(func: Function, mod=None) -> Function:
         raise _error(f"the output has no floating-point value to differentiate ({out})", func)
     new_body = _Differentiator(tuple(func.params), body, nodes).run()
     return Function(func.params, new_body, None, func.type_params, func.attrs)
+
+
+# =============================================================================================
+# Relay's std/gradient.rly
+
+_GRADIENT_STD: list = []
+
+
+def import_gradient_cells(mod=None):
+    """``mod`` with Relay's gradient helpers added (a new module when ``mod`` is None), as Relay's
+    ``mod.import_from_std("gradient.rly")``; returns the module. Importing them twice is harmless.
+
+    They are Relay text shipped in ``relaybench/ir/std/gradient.rly``: the ADT
+    ``GradCell[T] = Raw(T) | One(fn () -> T) | Zero(fn () -> T)``, an adjoint kept either as a
+    value or as a thunk for the ones and zeros that need no arithmetic, and ``@FromGradCell`` (the
+    value, a thunk forced), ``@AddGradCell(add, l, r)`` and ``@MultiplyGradCell(multiply, l, r)``,
+    which hand a cell on untouched where a zero or a one makes the arithmetic needless.
+
+    >>> import relaybench as rb
+    >>> mod = import_gradient_cells()
+    >>> [c.name_hint for c in mod.get_type("GradCell").constructors]
+    ['Raw', 'One', 'Zero']
+    >>> mod["AddGradCell"].checked_type
+    fn [T](fn (T, T) -> T, GradCell[T], GradCell[T]) -> GradCell[T]
+    """
+    from ..ir.module import IRModule
+    if mod is None:
+        mod = IRModule()
+    if "GradCell" in mod and "AddGradCell" in mod:
+        return mod
+    if not _GRADIENT_STD:
+        from importlib import resources
+        from ..ir.parser import parse
+        from ..ir.type_infer import infer_module
+        text = (resources.files("relaybench.ir") / "std" / "gradient.rly").read_text()
+        _GRADIENT_STD.append(infer_module(parse(text, "gradient.rly")))
+    mod.update(_GRADIENT_STD[0])
+    return mod
 
 
 @module_pass(opt_level=4)

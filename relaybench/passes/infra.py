@@ -12,7 +12,7 @@ defined by decorating a function:
 >>> x = rb.var("x", shape=(2,))
 >>> mod = rb.IRModule.from_expr(rb.Function([x], x))
 >>> print(DoubleOutputs()(mod)["main"].astext(show_types=False))
-fn (%x: Tensor[(2), float32]) {
+fn (%x: Tensor[(2), float32]) -> Tensor[(2), float32] {
   multiply(%x, 2f)
 }
 
@@ -588,7 +588,7 @@ def pass_options(name: str) -> dict:
 def passes_table():
     """Every registered pass as a :class:`~relaybench.viz.table.Table`: name, kebab-case name,
     opt_level, options with their defaults, and the first line of its doc."""
-    from ..viz.table import Table
+    from .._table import Table
     _load_all()
     rows = []
     for e in sorted(_REGISTRY.values(), key=lambda e: e.name):

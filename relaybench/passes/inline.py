@@ -27,7 +27,7 @@ external (``Compiler``) function.
 ... }''')
 >>> print(Inline()(mod).astext(show_types=False))
 #[version = "0.0.5"]
-def @main(%y: Tensor[(2), float32]) {
+def @main(%y: Tensor[(2), float32]) -> Tensor[(2), float32] {
   %0 = add(%y, 1f);
   multiply(%0, %0)
 }

@@ -19,7 +19,7 @@
 >>> [(r.name, r.depth, r.skipped, r.ops_before, r.ops_after) for r in snaps]
 [('demo', 0, False, 1, 1), ('InferType', 1, False, 1, 1)]
 >>> print(snaps[1].after_text.splitlines()[1])
-def @main(%x: Tensor[(2), float32]) /* ty=Tensor[(2), float32] */ {
+def @main(%x: Tensor[(2), float32]) -> Tensor[(2), float32] {
 >>> [t.name for t in timer.records]
 ['demo', 'InferType']
 """
@@ -115,7 +115,7 @@ class PassTimer(PassInstrument):
 
     def table(self):
         """One row per run: pass (indented by depth), total and own milliseconds, share."""
-        from ..viz.table import Table
+        from .._table import Table
         total = self.total or 1.0
         rows = []
         for i, r in enumerate(self.records):
@@ -377,7 +377,7 @@ class Snapshots(PassInstrument):
     def table(self, changed_only: bool = False):
         """One row per pass: index, pass (indented by depth), opt_level, status (with the reason
         for a skipped pass), changed, op and node counts (before -> after), milliseconds."""
-        from ..viz.table import Table
+        from .._table import Table
         records = self.changed() if changed_only else self.records
         return Table([r.row() for r in records])
 
@@ -407,7 +407,7 @@ class PrintIR(PassInstrument):
     ...     _ = InferType()(mod)
     // IR after InferType
     #[version = "0.0.5"]
-    def @main(%x: Tensor[(2), float32]) /* ty=Tensor[(2), float32] */ {
+    def @main(%x: Tensor[(2), float32]) -> Tensor[(2), float32] {
       %x
     }
     """

@@ -26,13 +26,13 @@ captures what the inner one needed. The function inside an already lifted global
 ... }''')
 >>> print(rb.passes.LambdaLift()(mod).astext(show_types=False))
 #[version = "0.0.5"]
-def @main(%a: Tensor[(2), float32], %x: Tensor[(2), float32]) {
-  let %f = @lifted_f(%a);
+def @main(%a: Tensor[(2), float32], %x: Tensor[(2), float32]) -> Tensor[(2), float32] {
+  let %f: fn (Tensor[(2), float32]) -> Tensor[(2), float32] = @lifted_f(%a);
   %f(%x)
 }
 <BLANKLINE>
-def @lifted_f(%a: Tensor[(2), float32]) {
-  fn (%y: Tensor[(2), float32], Closure=1) {
+def @lifted_f(%a: Tensor[(2), float32]) -> fn (Tensor[(2), float32]) -> Tensor[(2), float32] {
+  fn (%y: Tensor[(2), float32], Closure=1) -> Tensor[(2), float32] {
     add(%y, %a)
   }
 }

@@ -72,8 +72,8 @@ match patterns, which is bounded by the source text.
 ... def @main(%x: float32) -> float32 { @power(%x, 3) }''')
 >>> print(PartialEvaluate()(mod)["main"].astext(show_types=False))
 fn (%x: float32) -> float32 {
-  let %x1 = multiply(%x, 1f);
-  let %x2 = multiply(%x, %x1);
+  let %x1: float32 = multiply(%x, 1f);
+  let %x2: float32 = multiply(%x, %x1);
   multiply(%x, %x2)
 }
 """

@@ -7,32 +7,36 @@ target-independent passes:
 ====  ========================  =========  ==============================================
  #    pass                      opt_level  what it does here
 ====  ========================  =========  ==============================================
- 1    SimplifyInference         0          batch_norm, dropout, ... become elementwise ops
- 2    EliminateCommonSubexpr    3          equal calls on the same arguments are shared
- 3    CombineParallelConv2D     4          >= 3 parallel conv2d on one input become one
- 4    CombineParallelDense      4          >= 3 parallel dense on one input become one
- 5    FoldConstant              2          calls on constants are evaluated
- 6    FoldScaleAxis             3          scales move into convolution weights
- 7    SimplifyExpr              0          reshapes merged, no-op ops removed, ...
- 8    CanonicalizeCast          3          casts placed so fusion can use them
- 9    CanonicalizeOps           3          bias_add becomes expand_dims + add
- 10   InferType                 0          types everything again
- 11   AlterOpLayout             3          the target's preferred data layouts
- 12   FoldConstant              2          folds the weights' layout transforms
- 13   FuseOps                   0          groups ops into Primitive functions
+ 1    Legalize                  1          the target's ``FTVMLegalize`` rewrites, if any
+ 2    SimplifyInference         0          batch_norm, dropout, ... become elementwise ops
+ 3    EliminateCommonSubexpr    3          equal calls on the same arguments are shared
+ 4    CombineParallelConv2D     4          >= 3 parallel conv2d on one input become one
+ 5    CombineParallelDense      4          >= 3 parallel dense on one input become one
+ 6    FoldConstant              2          calls on constants are evaluated
+ 7    FoldScaleAxis             3          scales move into convolution weights
+ 8    SimplifyExpr              0          reshapes merged, no-op ops removed, ...
+ 9    CanonicalizeCast          3          casts placed so fusion can use them
+ 10   CanonicalizeOps           3          bias_add becomes expand_dims + add
+ 11   InferType                 0          types everything again
+ 12   AlterOpLayout             3          the target's preferred data layouts
+ 13   FoldConstant              2          folds the weights' layout transforms
+ 14   FuseOps                   0          groups ops into Primitive functions
 ====  ========================  =========  ==============================================
 
 Each pass is gated by its own opt_level through the :class:`~relaybench.passes.infra.PassContext`
 the pipeline runs in, and a pass left out is reported to the instruments as skipped. FuseOps
 gets ``fuse_opt_level=opt_level``: at 0 every operator is its own Primitive function, as in Relay.
-Left out of Relay's prefix: the backend's passes (``Legalize``/``qnn.Legalize``, ``PlanDevices``,
+Legalize and AlterOpLayout read the attributes registered for the current target, the
+PassContext's ``config["relay.target"]`` (``llvm`` when none is given; ``rb.build`` gives its
+target). Legalize runs first, as in Relay's prefix, where it follows only the bookkeeping passes
+and ``qnn.Legalize``. Left out of Relay's prefix: the backend's passes (``qnn.Legalize``, ``PlanDevices``,
 ``SplitArgs``, ``FlattenAtrousConv``, ``SimplifyExprPostAlterOp``), ``FastMath`` (opt_level 4,
 changes numerics), the normal-form bookkeeping ``RemoveUnusedFunctions`` and
 ``ToBasicBlockNormalForm`` (which only matter to Relay's C++ executors), and
 ``CombineParallelBatchMatmul``.
 
 >>> [name for name, _options in DEFAULT_PASSES][:4]
-['SimplifyInference', 'EliminateCommonSubexpr', 'CombineParallelConv2D', 'CombineParallelDense']
+['Legalize', 'SimplifyInference', 'EliminateCommonSubexpr', 'CombineParallelConv2D']
 
 Run it inside a context of the same opt_level, or let :func:`optimize` do both:
 
@@ -60,6 +64,7 @@ __all__ = ["DEFAULT_PASSES", "default_pipeline", "optimize", "build_pipeline", "
 #: Relay's build prefix, in order: (pass name, options given when the pass has them).
 #: ``"opt_level"`` as a value means the pipeline's opt_level.
 DEFAULT_PASSES: tuple = (
+    ("Legalize", {}),
     ("SimplifyInference", {}),
     ("EliminateCommonSubexpr", {}),
     ("CombineParallelConv2D", {"min_num_branches": 3}),

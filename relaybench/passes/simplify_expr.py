@@ -43,7 +43,7 @@ use), so no computation is duplicated.
 >>> mod = rb.IRModule.from_expr(rb.Function([x], body))
 >>> trace = RewriteTrace()
 >>> print(SimplifyExpr(trace=trace)(mod)["main"].astext(show_types=False))
-fn (%x: Tensor[(2, 3, 4), float32]) {
+fn (%x: Tensor[(2, 3, 4), float32]) -> Tensor[(24), float32] {
   reshape(%x, newshape=[24])
 }
 >>> trace.counts()["SimplifyReshape"], trace.counts()["EliminateIdentity"]

@@ -31,7 +31,7 @@ touched. With the weights bound, FoldConstant then turns ``scale`` and ``shift``
 ...   %0.0
 ... }''')
 >>> print(SimplifyInference()(mod)["main"].astext(show_types=False))  # doctest: +ELLIPSIS
-fn (...) {
+fn (%x: Tensor[(1, 2, 3, 3), float32], %g: Tensor[(2), float32], %p: Tensor[(2), float32]) -> Tensor[(1, 2, 3, 3), float32] {
   %0 = add(%p, 1e-05f);
   %1 = sqrt(%0);
   %2 = divide(1f, %1);

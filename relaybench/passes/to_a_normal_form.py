@@ -23,10 +23,10 @@ This module also holds the scope analysis and the let-filling engine that
 ...   if (%c) { multiply(%0, %0) } else { %0 }
 ... }''')
 >>> print(rb.passes.ToANormalForm()(mod)["main"].astext(show_types=False))
-fn (%x: Tensor[(2), float32], %c: bool) {
-  let %x1 = add(%x, %x);
-  let %x3 = if (%c) {
-    let %x2 = multiply(%x1, %x1);
+fn (%x: Tensor[(2), float32], %c: bool) -> Tensor[(2), float32] {
+  let %x1: Tensor[(2), float32] = add(%x, %x);
+  let %x3: Tensor[(2), float32] = if (%c) {
+    let %x2: Tensor[(2), float32] = multiply(%x1, %x1);
     %x2
   } else {
     %x1

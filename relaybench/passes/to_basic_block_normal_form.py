@@ -19,8 +19,8 @@ boundary. Iterative throughout.
 ...   if (%c) { subtract(%0, %1) } else { %0 }
 ... }''')
 >>> print(rb.passes.ToBasicBlockNormalForm()(mod)["main"].astext(show_types=False))
-fn (%x: Tensor[(2), float32], %c: bool) {
-  let %x1 = add(%x, %x);
+fn (%x: Tensor[(2), float32], %c: bool) -> Tensor[(2), float32] {
+  let %x1: Tensor[(2), float32] = add(%x, %x);
   if (%c) {
     %0 = multiply(%x, %x);
     subtract(%x1, %0)

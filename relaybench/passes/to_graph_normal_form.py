@@ -20,7 +20,7 @@ let chain converts without Python recursion.
 ...   subtract(%b, %a)
 ... }''')
 >>> print(rb.passes.ToGraphNormalForm()(mod)["main"].astext(show_types=False))
-fn (%x: Tensor[(2), float32]) {
+fn (%x: Tensor[(2), float32]) -> Tensor[(2), float32] {
   %0 = add(%x, %x);
   %1 = multiply(%0, %0);
   subtract(%1, %0)

@@ -121,6 +121,14 @@ def min_value(dtype: str):
     return -np.inf if dtype.startswith("float") else int(np.iinfo(dtype).min)
 
 
+#: combiner name -> how two partial results combine (``tree_reduce``'s steps)
+_COMBINERS = {
+    "sum": lambda a, b: a + b,
+    "prod": lambda a, b: a * b,
+    "max": loop_ir.max_expr,
+    "min": loop_ir.min_expr,
+}
+
 sum = _reducer("sum", lambda dtype: 0)
 sum.__doc__ = """Sum of ``expr`` over the reduce axes ``axis`` (starts from 0).
 

@@ -48,10 +48,23 @@ __all__ = [
     "const", "convert", "min_expr", "max_expr", "select", "logical_and", "logical_or",
     "logical_not", "equal", "not_equal", "call", "cast", "substitute", "map_children",
     "SHIFT_OPS",
-    "evaluate", "to_text", "LOOP_KINDS", "INTRINSICS", "seq",
+    "evaluate", "to_text", "LOOP_KINDS", "THREAD_TAGS", "SCOPES", "Barrier", "INTRINSICS",
+    "seq",
 ]
 
-LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled")
+THREAD_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y",
+               "threadIdx.z")
+"""The GPU axes a loop can be bound to (``Stage.bind``): a loop of kind ``blockIdx.x`` runs one
+iteration per work group along x, ``threadIdx.x`` one per work item of its group. Run in order
+(the evaluator, the CPU), such a loop means what a serial one does; a GPU code generator runs its
+iterations at once, so a strategy binds only loops whose iterations are independent, and
+separates the writes and reads of a ``shared`` buffer by a :class:`Barrier`."""
+
+LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled") + THREAD_TAGS
+
+SCOPES = ("global", "shared", "local")
+"""Where a buffer lives: ``global`` (device memory, the default), ``shared`` (one copy per work
+group, OpenCL's ``__local``), ``local`` (one copy per work item: registers, OpenCL's private)."""
 
 
 def _is_float(dtype: str) -> bool:
@@ -77,6 +90,7 @@ class Buffer:
     name: str
     shape: tuple
     dtype: str = "float32"
+    scope: str = "global"
 
     def __post_init__(self):
         shape = tuple(int(s) for s in self.shape)
@@ -84,6 +98,9 @@ class Buffer:
             raise CompileError(f"buffer {self.name}: negative extent in shape {shape}")
         object.__setattr__(self, "shape", shape)
         np.dtype(self.dtype)  # rejects unknown dtypes early
+        if self.scope not in SCOPES:
+            raise CompileError(f"buffer {self.name}: unknown scope {self.scope!r}; expected one "
+                               f"of {', '.join(SCOPES)}")
 
     @property
     def size(self) -> int:
@@ -565,6 +582,16 @@ class Allocate(Stmt):
     body: Stmt
 
 
+@dataclass(frozen=True, eq=False, repr=False)
+class Barrier(Stmt):
+    """Every work item of a group waits here until all have arrived, and their writes to
+    ``shared`` buffers are then visible to each other (OpenCL's ``barrier``, CUDA's
+    ``__syncthreads``). Run in order it does nothing: the loops bound to threads before it have
+    already finished every iteration. It must not sit inside a loop bound to threads."""
+
+    scope: str = "shared"
+
+
 def seq(*stmts) -> Stmt:
     """One statement from several: nested sequences are flattened, a single one is returned."""
     flat = []
@@ -737,8 +764,12 @@ def _stmt_lines(s: Stmt, indent: int, out: list):
         for stmt in s.stmts:
             _stmt_lines(stmt, indent, out)
     elif isinstance(s, Allocate):
-        out.append(f'{pad}{s.buffer.name} = allocate({s.buffer.shape}, "{s.buffer.dtype}")')
+        scope = "" if s.buffer.scope == "global" else f', "{s.buffer.scope}"'
+        out.append(f'{pad}{s.buffer.name} = allocate({s.buffer.shape}, "{s.buffer.dtype}"'
+                   f'{scope})')
         _stmt_lines(s.body, indent, out)
+    elif isinstance(s, Barrier):
+        out.append(f"{pad}barrier()")
     else:
         raise CompileError(f"cannot print statement {type(s).__name__}")
 
@@ -802,7 +833,7 @@ class _Evaluator:
         }
         self.stmt_table = {
             For: self._for, Store: self._store, LetStmt: self._let, IfThenElse: self._if,
-            SeqStmt: self._seq, Allocate: self._allocate,
+            SeqStmt: self._seq, Allocate: self._allocate, Barrier: self._barrier,
         }
 
     # expressions
@@ -915,6 +946,9 @@ class _Evaluator:
     def _seq(self, s):
         for stmt in s.stmts:
             self.stmt(stmt)
+
+    def _barrier(self, s):
+        """Run in order, every thread loop before the barrier has finished: nothing to wait for."""
 
     def _allocate(self, s):
         # Filled with NaN (or a marker integer) so that reading before writing shows up.

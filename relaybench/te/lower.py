@@ -31,8 +31,8 @@ from __future__ import annotations
 
 from relaybench.errors import CompileError
 from relaybench.te import loop_ir
-from relaybench.te.loop_ir import (Allocate, Binary, Buffer, For, IfThenElse, IntImm, Load,
-                                   PrimFunc, Store, Var, map_children, seq, substitute)
+from relaybench.te.loop_ir import (Allocate, Barrier, Binary, Buffer, For, IfThenElse, IntImm,
+                                   Load, PrimFunc, Store, Var, map_children, seq, substitute)
 from relaybench.te.schedule import Fuse, Schedule, Split, Stage, create_schedule
 from relaybench.te.tensor import ComputeOp, IterVar, PlaceholderOp, Reduce, Tensor, TensorLoad
 
@@ -366,7 +366,8 @@ class _Lowering:
             roots[axis] = values[axis]
         if not any(leaf.iter_kind == "reduce" for leaf in leaves) and op.reduce_axis:
             raise ComputeAtError(f"{where}: the reduction has no reduce loop left")
-        local = Buffer(buffer.name, tuple(extents[a] for a in op.axis), buffer.dtype)
+        local = Buffer(buffer.name, tuple(extents[a] for a in op.axis), buffer.dtype,
+                       stage.scope)
         region = _Region(op, position, fixed, local, starts)
         reads = self.stage_value(op, roots)
         index = tuple(local_index)
@@ -388,10 +389,19 @@ class _Lowering:
     @staticmethod
     def nest(kinds, loops, body, inserts):
         """Loops around ``body``; ``inserts[loop]`` lists ``(buffer, nest)`` pairs computed at
-        the top of that loop's body, each in its own buffer allocated there."""
+        the top of that loop's body, each in its own buffer allocated there. A ``shared`` buffer
+        is filled by the threads of a work group together: a barrier follows the fill (every
+        part is written before any is read) and, unless the loop is bound to work groups (each
+        runs one iteration), the use (no thread refills it while another still reads it, when
+        the loop goes round again)."""
         for leaf in reversed(loops):
+            once = kinds.get(leaf, "serial").startswith("blockIdx")
             for buffer, stmt in reversed(inserts.get(leaf, ())):
-                body = Allocate(buffer, seq(stmt, body))
+                if buffer.scope == "shared":
+                    body = Allocate(buffer, seq(stmt, Barrier(), body, None if once
+                                                else Barrier()))
+                else:
+                    body = Allocate(buffer, seq(stmt, body))
             body = For(leaf, 0, leaf.extent, kinds.get(leaf, "serial"), body)
         return body
 

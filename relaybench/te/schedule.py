@@ -8,7 +8,10 @@ fuse). A split whose factor does not divide the extent adds a guard around the l
 ``compute_inline`` substitutes a stage into its readers; ``compute_at`` computes a producer inside
 one loop of its consumer, over the region that loop's iteration reads, into a buffer of that
 region's size; ``Schedule.cache_write`` moves a stage's computation into a new stage whose
-result the original one copies.
+result the original one copies. For GPUs, ``bind`` maps a loop to the work groups or the work
+items of a launch (``blockIdx.x``, ``threadIdx.x``, ...), and ``Schedule.cache_read`` stages a
+tensor's tile in a ``shared`` buffer that the threads of a group fill together (lowering puts a
+barrier after the fill and after the use).
 
 >>> from relaybench import te
 >>> A = te.placeholder((8,), name="A")
@@ -65,6 +68,7 @@ class Stage:
         self.relations: list = []
         self.kinds: dict = {}
         self.attach = None  # (consumer stage, its loop) after compute_at
+        self.scope = "global"  # where an attached stage's region buffer lives (set_scope)
 
     def __repr__(self):
         return f"Stage({self.op.name}, leaves=[{', '.join(v.name for v in self.leaf_iter_vars)}])"
@@ -140,6 +144,47 @@ class Stage:
     def unroll(self, axis: IterVar):
         """Mark ``axis`` unrolled."""
         self._annotate(axis, "unrolled")
+
+    def bind(self, axis: IterVar, tag: str):
+        """Run ``axis`` on a GPU axis: ``tag`` is one of ``blockIdx.x|y|z`` (a work group per
+        iteration) or ``threadIdx.x|y|z`` (a work item of the group per iteration). The
+        iterations must be independent; a reduce axis cannot be bound.
+
+        >>> from relaybench import te
+        >>> A = te.placeholder((64,), name="A")
+        >>> B = te.compute((64,), lambda i: A[i] * 2.0, name="B")
+        >>> s = te.create_schedule(B)
+        >>> bx, tx = s[B].split(B.op.axis[0], factor=32)
+        >>> s[B].bind(bx, "blockIdx.x"); s[B].bind(tx, "threadIdx.x")
+        >>> print(te.lower(s, [A], name="double"))
+        def double(A: Buffer((64,), "float32"), B: Buffer((64,), "float32")):
+            for i_outer in blockIdx.x(2):
+                for i_inner in threadIdx.x(32):
+                    B[i_outer * 32 + i_inner] = A[i_outer * 32 + i_inner] * 2.0
+        """
+        from relaybench.te.loop_ir import THREAD_TAGS
+        if tag not in THREAD_TAGS:
+            raise CompileError(f"stage {self.op.name}: bind of {axis.name} to {tag!r}: expected "
+                               f"one of {', '.join(THREAD_TAGS)}")
+        self._check_compute("bind")
+        self._position(axis, "bind")
+        if axis.iter_kind == "reduce":
+            raise CompileError(f"stage {self.op.name}: the reduce axis {axis.name} cannot be "
+                               f"bound to {tag} (each iteration updates the same element)")
+        bound = [a.name for a, k in self.kinds.items() if k == tag and a is not axis]
+        if bound:
+            raise CompileError(f"stage {self.op.name}: {tag} is bound to {bound[0]} already")
+        self.kinds[axis] = tag
+
+    def set_scope(self, scope: str):
+        """Keep this stage's buffer in ``scope`` (``global``, ``shared`` or ``local``) when it is
+        computed at a loop of its consumer: a ``shared`` region is filled by the threads of a
+        work group together, with barriers around its use."""
+        from relaybench.te.loop_ir import SCOPES
+        if scope not in SCOPES:
+            raise CompileError(f"stage {self.op.name}: unknown scope {scope!r}; expected one of "
+                               f"{', '.join(SCOPES)}")
+        self.scope = scope
 
     def compute_inline(self):
         """Substitute this stage's body where it is read, instead of storing it."""
@@ -250,6 +295,180 @@ class Schedule:
         for each in self.ops:
             stages[each] = self.stages.get(each) or Stage(each)
         self.stages = stages
+        return cache.output
+
+
+    def tree_reduce(self, tensor: Tensor, factor: int) -> list:
+        """Compute the reduction ``tensor`` (one reduce axis) as ``factor`` partial reductions
+        combined pairwise, as a GPU work group reduces in ``shared`` memory.
+
+        ``factor`` is a power of two. The first new stage ``<name>_rf`` has the data axes and
+        one more of extent ``factor``: lane ``t`` reduces the elements ``t, t + factor, ...``
+        (the lanes past the end start from the reduction's initial value); each next stage
+        ``<name>_rf1``, ``<name>_rf2``, ... combines lane ``t`` with lane ``t + half`` over half
+        as many lanes, and ``tensor`` becomes the combination of the last two lanes. Returns
+        the new stages' tensors, first to last, for the caller to place: typically each
+        computed at the work group's loop in ``shared`` scope with its lane axis bound to
+        ``threadIdx.x``, so that each step is one barrier apart.
+
+        >>> from relaybench import te
+        >>> A = te.placeholder((2, 10), name="A")
+        >>> k = te.reduce_axis(10, name="k")
+        >>> S = te.compute((2,), lambda i: te.sum(A[i, k], axis=[k]), name="S")
+        >>> s = te.create_schedule(S)
+        >>> [t.name for t in s.tree_reduce(S, 4)]
+        ['S_rf', 'S_rf1']
+        >>> print(te.lower(s, [A], name="row_sum"))
+        def row_sum(A: Buffer((2, 10), "float32"), S: Buffer((2,), "float32")):
+            S_rf = allocate((2, 4), "float32")
+            S_rf1 = allocate((2, 2), "float32")
+            for i_rf in serial(2):
+                for lane in serial(4):
+                    S_rf[i_rf, lane] = 0.0
+                    for k_outer in serial(3):
+                        S_rf[i_rf, lane] = S_rf[i_rf, lane] + select(k_outer * 4 + lane < 10, A[i_rf, k_outer * 4 + lane], 0.0)
+            for i_rf in serial(2):
+                for lane in serial(2):
+                    S_rf1[i_rf, lane] = S_rf[i_rf, lane] + S_rf[i_rf, lane + 2]
+            for i in serial(2):
+                S[i] = S_rf1[i, 0] + S_rf1[i, 1]
+        """
+        from relaybench.te.loop_ir import const, select, substitute
+        from relaybench.te.tensor import Reduce
+
+        op = self.op_of(tensor)
+        stage = self[tensor]
+        factor = int(factor)
+        if not isinstance(op, ComputeOp) or not isinstance(op.body, Reduce) \
+                or len(op.reduce_axis) != 1:
+            raise CompileError(f"schedule: tree_reduce of {op.name}: a reduction over one axis "
+                               "is needed")
+        if factor < 2 or factor & (factor - 1):
+            raise CompileError(f"schedule: tree_reduce of {op.name}: the factor must be a power "
+                               f"of two from 2, got {factor}")
+        if stage.relations or stage.kinds or stage.attach or stage.inlined:
+            raise CompileError(f"schedule: tree_reduce of {op.name}: call it before scheduling "
+                               "the stage")
+        body = op.body
+        (k,) = op.reduce_axis
+        from relaybench.te.compute import _COMBINERS
+        combine = _COMBINERS[body.combiner]
+        data = tuple(IterVar(f"{a.name}_rf", "int64", a.extent, "data") for a in op.axis)
+        lane = IterVar("lane", "int64", factor, "data")
+        outer = IterVar(f"{k.name}_outer", "int64", -(-k.extent // factor), "reduce")
+        index = outer * factor + lane
+        source = substitute(body.source, {**dict(zip(op.axis, data)), k: index})
+        if k.extent % factor:
+            source = select(index < k.extent, source, body.init)
+        from relaybench.te.tensor import TensorLoad
+        first = ComputeOp(f"{op.name}_rf", data + (lane,),
+                          Reduce(body.combiner, source, (outer,), body.init, body.dtype),
+                          op.output.shape + (factor,))
+        made, last, width = [first], first, factor // 2
+        while width >= 2:
+            axes = tuple(IterVar(f"{a.name}_rf", "int64", a.extent, "data") for a in op.axis)
+            t = IterVar("lane", "int64", width, "data")
+            prev = last.output
+            value = combine(TensorLoad(prev, axes + (t,), prev.dtype),
+                            TensorLoad(prev, axes + (t + width,), prev.dtype))
+            last = ComputeOp(f"{op.name}_rf{len(made)}", axes + (t,), value,
+                             op.output.shape + (width,))
+            made.append(last)
+            width //= 2
+        prev = last.output
+        value = combine(TensorLoad(prev, tuple(op.axis) + (const(0),), prev.dtype),
+                        TensorLoad(prev, tuple(op.axis) + (const(1),), prev.dtype))
+        final = ComputeOp(op.name, op.axis, value, op.output.shape)
+        for original, now in list(self.replaced.items()):
+            if now is op:
+                self.replaced[original] = final
+        self.replaced[op] = final
+        self.ops = _post_order(self.outputs, self.op_of)
+        stages = {}
+        for each in self.ops:
+            stages[each] = self.stages.get(each) or Stage(each)
+        self.stages = stages
+        return [m.output for m in made]
+
+    def cache_read(self, tensor: Tensor, scope: str, readers) -> Tensor:
+        """A copy stage ``<name>_<scope>`` of ``tensor`` that ``readers`` (tensors or stages)
+        read instead of ``tensor``; its stage keeps ``scope``.
+
+        As in TVM: ``compute_at`` the copy inside a loop of its reader, and only the region
+        that loop's iteration reads is copied, into a buffer of that region's shape. With
+        ``scope="shared"`` and the copy's loops bound to threads, the threads of a work group
+        fill a tile together, and lowering puts a :class:`~relaybench.te.loop_ir.Barrier`
+        after the fill, and after the reader's use unless the loop is bound to work groups.
+        (On a device, the sum below, outside any thread loop, is made by the group's first
+        work item: see :mod:`relaybench.backends.opencl.codegen`.)
+
+        >>> from relaybench import te
+        >>> A = te.placeholder((4, 8), name="A")
+        >>> k = te.reduce_axis(8, name="k")
+        >>> S = te.compute((4,), lambda i: te.sum(A[i, k], axis=[k]), name="S")
+        >>> s = te.create_schedule(S)
+        >>> AS = s.cache_read(A, "shared", [S])
+        >>> s[S].bind(S.op.axis[0], "blockIdx.x")
+        >>> s[AS].compute_at(s[S], S.op.axis[0])
+        >>> s[AS].bind(AS.op.axis[1], "threadIdx.x")
+        >>> print(te.lower(s, [A], name="row_sum"))
+        def row_sum(A: Buffer((4, 8), "float32"), S: Buffer((4,), "float32")):
+            for i in blockIdx.x(4):
+                A_shared = allocate((1, 8), "float32", "shared")
+                for A_shared_i1 in threadIdx.x(8):
+                    A_shared[0, A_shared_i1] = A[i, A_shared_i1]
+                barrier()
+                S[i] = 0.0
+                for k in serial(8):
+                    S[i] = S[i] + A_shared[0, k]
+        """
+        from relaybench.te.loop_ir import SCOPES, map_children
+        from relaybench.te.tensor import TensorLoad
+
+        if scope not in SCOPES:
+            raise CompileError(f"schedule: cache_read of {tensor.name}: unknown scope {scope!r}; "
+                               f"expected one of {', '.join(SCOPES)}")
+        source = self.op_of(tensor)
+        if source not in self.stages:
+            raise CompileError(f"schedule: cache_read of {tensor.name}: not read by these "
+                               "outputs")
+        fresh = tuple(IterVar(f"i{d}", "int64", extent, "data")
+                      for d, extent in enumerate(tensor.shape))
+        cache = ComputeOp(f"{tensor.name}_{scope}", fresh, tensor[fresh], tensor.shape)
+        readers = readers if isinstance(readers, (list, tuple)) else [readers]
+        for reader in readers:
+            old = self.op_of(reader.op if isinstance(reader, Stage) else reader)
+            if not isinstance(old, ComputeOp) or old not in self.stages:
+                raise CompileError(f"schedule: cache_read of {tensor.name}: the reader "
+                                   f"{getattr(old, 'name', old)} is not a compute stage here")
+            if source not in {self.op_of(t) for t in old.inputs}:
+                raise CompileError(f"schedule: cache_read of {tensor.name}: {old.name} does not "
+                                   f"read it")
+            memo: dict = {}
+
+            def visit(node, memo=memo):
+                if node in memo:
+                    return memo[node]
+                out = map_children(node, visit)
+                if isinstance(out, TensorLoad) and self.op_of(out.tensor) is source:
+                    out = TensorLoad(cache.output, out.indices, out.dtype)
+                memo[node] = out
+                return out
+
+            new = ComputeOp(old.name, old.axis, visit(old.body), old.output.shape)
+            for original, now in list(self.replaced.items()):
+                if now is old:
+                    self.replaced[original] = new
+            self.replaced[old] = new
+            stage = self.stages.pop(old)
+            stage.op = new
+            self.stages[new] = stage
+        self.ops = _post_order(self.outputs, self.op_of)
+        stages = {}
+        for each in self.ops:
+            stages[each] = self.stages.get(each) or Stage(each)
+        self.stages = stages
+        stages[cache].scope = scope
         return cache.output
 
 

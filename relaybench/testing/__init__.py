@@ -1,6 +1,8 @@
 """Helpers for tests and notebooks.
 
 * :func:`assert_structural_equal`: compare two programs, with the path to the first difference.
+* :func:`run_infer_type`: a program as ``InferType`` leaves it (Relay's ``run_infer_type``), to
+  compare a pass's output with an expected program written without the types inference fills in.
 * :func:`chain`: a program of ``n`` chained operators, for scale tests.
 * :func:`random_inputs`: numpy arrays for a function's parameters, from their annotations.
 * :func:`random_program`: a random well-typed program over every op with a compute
@@ -31,10 +33,44 @@ from .random_programs import (NOT_GENERATED, OP_GENERATORS, RandomProgram, input
                               random_program, uncovered_ops)
 
 __all__ = ["assert_structural_equal", "structural_equal", "structural_hash", "first_difference",
+           "run_infer_type",
            "chain", "random_inputs", "CHAIN_ADD", "CHAIN_MULTIPLY",
            "random_program", "RandomProgram", "OP_GENERATORS", "NOT_GENERATED", "uncovered_ops",
            "input_values", "run_differential", "Config", "CONFIGS", "Outcome", "Report",
            "minimize", "save_failure", "fuzz"]
+
+def run_infer_type(program):
+    """``program`` (a Function, an expression or an IRModule) after ``InferType``: its parameters,
+    ``let`` variables and return types annotated with what inference finds, as Relay leaves a
+    program; the same kind of object comes back.
+
+    Expected programs in pass tests are written without those annotations; a pass's output, typed
+    on the way, carries them. Relay's tests compare ``run_infer_type(expected)``; so do ours. A
+    program that cannot be typed alone (free variables, globals of another module) is returned as
+    it is, to be compared as written.
+
+    >>> import relaybench as rb
+    >>> x = rb.var("x", shape=(2,))
+    >>> print(run_infer_type(rb.Function([x], rb.op.nn.relu(x))).astext(show_types=False))
+    fn (%x: Tensor[(2), float32]) -> Tensor[(2), float32] {
+      nn.relu(%x)
+    }
+    """
+    from ..errors import TypeInferenceError
+    from ..ir.expr import Expr, Function
+    from ..ir.module import IRModule
+    from ..ir.type_infer import infer_module
+    try:
+        if isinstance(program, IRModule):
+            return infer_module(program)
+        if isinstance(program, Expr):
+            body = program if isinstance(program, Function) else Function([], program)
+            main = infer_module(IRModule.from_expr(body))["main"]
+            return main if isinstance(program, Function) else main.body
+    except (TypeInferenceError, ValueError, KeyError):
+        pass
+    return program
+
 
 # The constants chain() alternates with: y -> (y + 1) * 0.5 stays bounded (it tends to 1), so a
 # chain of any length can also be run and compared numerically.

@@ -171,6 +171,24 @@ CONFIGS: dict = {c.name: c for c in [
 """Every configuration a program is checked on, by name."""
 
 
+def _opencl(opt_level: int):
+    def run(case: Case):
+        from ..backends.build import build
+        lib = build(case.mod, target="opencl", params=case.params, opt_level=opt_level)
+        return lib.run(**case.free_inputs)
+    return run
+
+
+def _opencl_present() -> bool:
+    import importlib.util
+    return importlib.util.find_spec("pyopencl") is not None
+
+
+if _opencl_present():  # the OpenCL backend's extra is installed (PoCL, or a GPU's driver)
+    CONFIGS["opencl-O3"] = Config("opencl-O3", "rb.build(target='opencl') at opt_level 3, "
+                                  "graph executor on the OpenCL device", _opencl(3))
+
+
 # ---------------------------------------------------------------------------------------------
 # Comparing
 

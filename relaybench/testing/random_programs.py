@@ -1147,6 +1147,406 @@ def _gen_dropout(g: _Grower):
     return outs[0] if g.chance(0.7) else outs
 
 
+# -- 1-D and 3-D convolutions and poolings, upsampling, resize1d/3d
+
+def _spatial_input(g: _Grower, spatial: str, layout: str, dtypes, pred=lambda v: True):
+    """A tensor of rank ``2 + len(spatial)`` to read in ``layout`` (axes N, C and ``spatial``),
+    of one of ``dtypes``, small enough for 3-D windows."""
+    hi = 8 if len(spatial) == 1 else 5
+    extents = {"N": g.dim(1, 2), "C": g.dim(1, 4), **{a: g.dim(1, hi) for a in spatial}}
+    return g.tensor(lambda v: v.ndim == 2 + len(spatial) and v.dtype in dtypes and pred(v)
+                    and not v.layout, shape=tuple(extents[a] for a in layout), dtype=g.choice(dtypes))
+
+
+def _extents(v: Value, layout: str) -> dict:
+    return dict(zip(layout, v.shape))
+
+
+def _gen_conv_nd(spatial: str):
+    name = "nn.conv1d" if spatial == "W" else "nn.conv3d"
+    layouts = [("NC" + spatial, "OI" + spatial), ("N" + spatial + "C", spatial + "IO")]
+
+    def gen(g: _Grower):
+        dl, kl = g.choice(layouts)
+        x = _spatial_input(g, spatial, dl, (g.choice(["float32", "float32", "float64", "int32"]),))
+        ext = _extents(x, dl)
+        c = ext["C"]
+        groups = g.choice([d for d in range(1, c + 1) if c % d == 0]) if g.chance(0.4) else 1
+        channels = groups * g.int(1, 2)
+        ks, ss, ds, before, after = [], [], [], [], []
+        for a in spatial:
+            k, d, s, p0, p1 = g.int(1, 3), g.int(1, 2), g.int(1, 2), g.int(0, 1), g.int(0, 1)
+            if ext[a] + p0 + p1 < d * (k - 1) + 1:
+                k, d = 1, 1
+            ks.append(k)
+            ss.append(s)
+            ds.append(d)
+            before.append(p0)
+            after.append(p1)
+        oi = {"O": channels, "I": c // groups, **dict(zip(spatial, ks))}
+        weight = g.leaf(tuple(oi[a] for a in kl), x.dtype, weight=True)
+        attrs = {"strides": tuple(ss), "padding": tuple(before + after), "dilation": tuple(ds),
+                 "groups": groups, "channels": channels, "kernel_size": tuple(ks),
+                 "data_layout": dl, "kernel_layout": kl}
+        taps = (c // groups) * int(np.prod(ks))
+        return g.call(name, [x, weight], attrs, bound=x.bound * weight.bound * taps,
+                      frac=x.frac + weight.frac)
+    return gen
+
+
+def _pool_attrs_nd(g: _Grower, extents: list) -> dict:
+    """As :func:`_pool_attrs` for any number of spatial axes: every window reads the input."""
+    axes = []
+    for extent in extents:
+        k, d = g.int(1, 3), g.int(1, 2)
+        p0, p1 = g.int(0, k - 1), g.int(0, k - 1)
+        if extent + p0 + p1 < d * (k - 1) + 1:
+            k, d, p0, p1 = 1, 1, 0, 0
+        axes.append([extent, k, g.int(1, 2), d, p0, p1])
+    ceil = g.chance(0.3)
+    for axis in axes:
+        if _fully_padded(*axis, ceil):
+            axis[4] = axis[5] = 0
+            if axis[0] < axis[3] * (axis[1] - 1) + 1:
+                axis[1] = axis[3] = 1
+    if any(_fully_padded(*axis, ceil) for axis in axes):
+        ceil = False
+    return {"pool_size": tuple(a[1] for a in axes), "strides": tuple(a[2] for a in axes),
+            "dilation": tuple(a[3] for a in axes),
+            "padding": tuple(a[4] for a in axes) + tuple(a[5] for a in axes), "ceil_mode": ceil}
+
+
+_SPATIAL_LAYOUTS = {"W": ("NCW", "NWC"), "HW": ("NCHW", "NHWC"), "DHW": ("NCDHW", "NDHWC")}
+
+
+def _gen_pool_nd(kind: str, spatial: str):
+    name = f"nn.{kind}_pool{'1d' if spatial == 'W' else '3d'}"
+
+    def gen(g: _Grower):
+        layout = g.choice(_SPATIAL_LAYOUTS[spatial])
+        x = _spatial_input(g, spatial, layout, FLOATS + ("int32",))
+        ext = _extents(x, layout)
+        attrs = _pool_attrs_nd(g, [ext[a] for a in spatial])
+        attrs["layout"] = layout
+        if kind == "avg":
+            attrs["count_include_pad"] = g.chance(0.5)
+            return g.call(name, [x], attrs, exact=False)
+        return g.call(name, [x], attrs)
+    return gen
+
+
+def _gen_adaptive_nd(kind: str, spatial: str):
+    name = f"nn.adaptive_{kind}_pool{ {'W': '1d', 'HW': '2d', 'DHW': '3d'}[spatial] }"
+
+    def gen(g: _Grower):
+        layout = g.choice(_SPATIAL_LAYOUTS[spatial])
+        dtypes = FLOATS + ("int32",) if kind == "max" else FLOATS
+        x = _spatial_input(g, spatial, layout, dtypes)
+        ext = _extents(x, layout)
+        size = tuple(g.int(1, ext[a]) for a in spatial)
+        if g.chance(0.2):
+            size = (g.int(1, min(ext[a] for a in spatial)),)
+        return g.call(name, [x], {"output_size": size, "layout": layout},
+                      exact=None if kind == "max" else False)
+    return gen
+
+
+def _scale(g: _Grower, extent: int) -> float:
+    """A scale whose rounded product with ``extent`` is between 1 and 12."""
+    options = [s for s in (0.5, 1.0, 1.5, 2.0, 2.5, 3.0) if 1 <= int(np.rint(extent * s)) <= 12]
+    return g.choice(options)
+
+
+def _gen_upsampling(g: _Grower):
+    layout = g.choice(["NCHW", "NHWC"])
+    x = _spatial_input(g, "HW", layout, FLOATS)
+    ext = _extents(x, layout)
+    method = g.choice(["nearest_neighbor", "bilinear", "bicubic"])
+    exact = method == "nearest_neighbor"
+    return g.call("nn.upsampling", [x], {"scale_h": _scale(g, ext["H"]), "scale_w": _scale(g, ext["W"]),
+                                         "layout": layout, "method": method,
+                                         "align_corners": g.chance(0.5)},
+                  exact=exact and x.exact, bound=x.bound * (1 if exact else 2))
+
+
+def _gen_upsampling3d(g: _Grower):
+    layout = g.choice(["NCDHW", "NDHWC"])
+    x = _spatial_input(g, "DHW", layout, FLOATS)
+    ext = _extents(x, layout)
+    method = g.choice(["nearest_neighbor", "trilinear"])
+    exact = method == "nearest_neighbor"
+    modes = ["half_pixel", "align_corners", "asymmetric", "pytorch_half_pixel"]
+    return g.call("nn.upsampling3d", [x], {"scale_d": _scale(g, ext["D"]), "scale_h": _scale(g, ext["H"]),
+                                           "scale_w": _scale(g, ext["W"]), "layout": layout,
+                                           "method": method,
+                                           "coordinate_transformation_mode": g.choice(modes)},
+                  exact=exact and x.exact, bound=x.bound * (1 if exact else 2))
+
+
+def _gen_resize_nd(spatial: str):
+    name = "image.resize1d" if spatial == "W" else "image.resize3d"
+
+    def gen(g: _Grower):
+        layout = g.choice(_SPATIAL_LAYOUTS[spatial])
+        x = _spatial_input(g, spatial, layout, FLOATS, pred=_flt)
+        method = g.choice(["nearest_neighbor", "linear", "cubic"])
+        modes = ["half_pixel", "align_corners", "asymmetric", "pytorch_half_pixel"]
+        if method == "nearest_neighbor":
+            modes.append("tf_half_pixel_for_nn")
+        attrs = {"size": tuple(g.dim(1, 8 if spatial == "W" else 4) for _ in spatial), "layout": layout,
+                 "method": method, "coordinate_transformation_mode": g.choice(modes)}
+        if method == "nearest_neighbor" and g.chance(0.5):
+            attrs["rounding_method"] = g.choice(["round", "round_prefer_floor", "round_prefer_ceil",
+                                                 "floor", "ceil"])
+        exact = method == "nearest_neighbor"
+        return g.call(name, [x], attrs, exact=exact and x.exact,
+                      bound=x.bound * (1 if exact else 2 ** len(spatial)))
+    return gen
+
+
+def _gen_block(name: str):
+    def gen(g: _Grower):
+        layout = g.choice(["NCHW", "NHWC"])
+        b = g.choice([1, 2, 2])
+        if name == "nn.space_to_depth":
+            ext = {"N": g.dim(1, 2), "C": g.dim(1, 3), "H": b * g.dim(1, 3), "W": b * g.dim(1, 3)}
+            ok = (lambda v: v.shape[layout.index("H")] % b == 0 and v.shape[layout.index("W")] % b == 0)
+            attrs = {"block_size": b, "layout": layout}
+        else:
+            ext = {"N": g.dim(1, 2), "C": b * b * g.dim(1, 2), "H": g.dim(1, 4), "W": g.dim(1, 4)}
+            ok = (lambda v: v.shape[layout.index("C")] % (b * b) == 0)
+            attrs = {"block_size": b, "layout": layout, "mode": g.choice(["DCR", "CRD"])}
+        x = g.tensor(lambda v: v.ndim == 4 and not v.layout and ok(v),
+                     shape=tuple(ext[a] for a in layout))
+        return g.call(name, [x], attrs)
+    return gen
+
+
+# -- gathers, scatters, scans, sorting, collapse_sum, annotations
+
+def _gen_gather(g: _Grower):
+    x = g.tensor(lambda v: 1 <= v.ndim <= 3, shape=g.shape(1, 3))
+    axis = g.int(0, x.ndim - 1)
+    shape = tuple(g.dim(1, 6) if a == axis else g.int(1, d) for a, d in enumerate(x.shape))
+    idx = g.leaf(shape, g.choice(["int32", "int64"]), "idx", limit=x.shape[axis])
+    return g.call("gather", [x, idx], {"axis": axis - x.ndim if g.chance(0.3) else axis})
+
+
+def _gen_gather_nd(g: _Grower):
+    x = g.tensor(lambda v: 1 <= v.ndim <= 3, shape=g.shape(1, 3))
+    b = g.int(0, x.ndim - 1) if g.chance(0.3) else 0
+    m = g.int(1, x.ndim - b)
+    places = tuple(x.shape[:b]) + tuple(g.dim(1, 4) for _ in range(g.int(0, 2)))
+    limit = min(x.shape[b:b + m])
+    idx = g.leaf((m,) + places, g.choice(["int32", "int64"]), "idx", limit=limit)
+    attrs = {"batch_dims": b}
+    if g.chance(0.2):
+        attrs["index_rank"] = m
+    return g.call("gather_nd", [x, idx], attrs)
+
+
+def _gen_scatter_nd(g: _Grower):
+    x = g.tensor(lambda v: 1 <= v.ndim <= 3 and _num(v), shape=g.shape(1, 3))
+    m = g.int(1, x.ndim)
+    places = tuple(g.dim(1, 4) for _ in range(g.int(0, 2)))
+    idx = g.leaf((m,) + places, g.choice(["int32", "int64"]), "idx", limit=min(x.shape[:m]))
+    count = int(np.prod(places, dtype=np.int64))
+    updates = g.pick(lambda v: v.dtype == x.dtype and v.shape == places + x.shape[m:], fresh=0.5)
+    if updates is None:
+        updates = g.leaf(places + x.shape[m:], x.dtype)
+    mode = g.choice(["update", "add", "mul", "min", "max"])
+    bound, frac = max(x.bound, updates.bound), max(x.frac, updates.frac)
+    if mode == "add":
+        bound = x.bound + count * updates.bound
+    elif mode == "mul":
+        bound = x.bound * max(updates.bound, 1.0) ** count
+        frac = x.frac + updates.frac * count
+    return g.call("scatter_nd", [x, idx, updates], {"mode": mode}, bound=bound, frac=frac)
+
+
+def _gen_ndarray_size(g: _Grower):
+    x = g.tensor(lambda v: True)
+    return g.call("ndarray_size", [x], {"dtype": g.choice(["int32", "int64", "float32"])},
+                  bound=float(x.size), frac=0, exact=True)
+
+
+def _gen_reverse(g: _Grower):
+    x = g.tensor(lambda v: v.ndim >= 1, shape=g.shape(1, 4))
+    return g.call("reverse", [x], {"axis": g.int(-x.ndim, x.ndim - 1)})
+
+
+def _gen_scan(name: str):
+    def gen(g: _Grower):
+        x = g.tensor(lambda v: _num(v) and v.size <= 64 and (name == "cumsum" or v.bound <= 4),
+                     shape=g.shape(0, 3))
+        axis = None if g.chance(0.3) or x.ndim == 0 else g.int(-x.ndim, x.ndim - 1)
+        n = x.size if axis is None else x.shape[axis]
+        dtype = ""
+        if g.chance(0.3) and (x.exact or not _is_float(x.dtype)):
+            dtype = g.choice(["int32", "int64", "float32", "float64"])
+        out = dtype or x.dtype
+        # a float value cast to an integer truncates: only an exact one gives the same integers
+        if name == "cumsum":
+            bound, frac = x.bound * n, x.frac
+        else:
+            bound = math.inf if n * math.log2(max(x.bound, 1.0)) > 1000 else max(x.bound, 1.0) ** n
+            frac = x.frac * n
+        if _is_int(out):
+            frac = 0
+        return g.call(name, [x], {"axis": axis, "dtype": dtype, "exclusive": g.chance(0.3)},
+                      bound=bound, frac=frac)
+    return gen
+
+
+def _gen_sorting(name: str):
+    def gen(g: _Grower):
+        # the order of elements equal but for rounding is a coin toss: indices need exact values
+        x = g.tensor(lambda v: _num(v) and v.ndim >= 1 and (v.exact or name == "sort"),
+                     shape=g.shape(1, 3))
+        axis = g.int(-x.ndim, x.ndim - 1)
+        attrs = {"axis": axis, "is_ascend": g.chance(0.5)}
+        if name == "sort":
+            return g.call(name, [x], attrs)
+        attrs["dtype"] = g.choice(["int32", "int64"])
+        extent = x.shape[axis]
+        if name == "argsort":
+            return g.call(name, [x], attrs, bound=float(extent), frac=0, exact=True)
+        attrs["k"] = g.choice([0, g.int(1, extent)])
+        attrs["ret_type"] = g.choice(["both", "values", "indices"])
+        outs = g.call(name, [x], attrs)
+        if attrs["ret_type"] == "both":
+            outs[1].bound, outs[1].frac, outs[1].exact = float(extent), 0, True
+        elif attrs["ret_type"] == "indices":
+            outs.bound, outs.frac, outs.exact = float(extent), 0, True
+        return outs
+    return gen
+
+
+def _collapsed_target(g: _Grower, shape: tuple) -> tuple:
+    """A shape that broadcasts to ``shape``: a nonempty suffix of it with some dims made 1."""
+    keep = g.int(1, len(shape))
+    return tuple(1 if g.chance(0.4) else d for d in shape[len(shape) - keep:])
+
+
+def _gen_collapse_sum(name: str):
+    def gen(g: _Grower):
+        x = g.tensor(lambda v: _num(v) and v.ndim >= 1, shape=g.shape(1, 4))
+        target = _collapsed_target(g, x.shape)
+        bound = x.bound * x.size / max(int(np.prod(target)), 1)
+        if name == "collapse_sum_like":
+            like = g.pick(lambda v: v.dtype == x.dtype and v.shape == target, fresh=0.5)
+            like = like or g.leaf(target, x.dtype)
+            return g.call(name, [x, like], bound=bound)
+        shape = Value(Constant(np.array(target, dtype="int32")), TensorType((len(target),), "int32"))
+        return g.call(name, [x, shape], {"shape": target}, bound=bound)
+    return gen
+
+
+def _gen_stop_fusion(g: _Grower):
+    return g.call("annotation.stop_fusion", [g.tensor(lambda v: True)])
+
+
+# -- more elementwise ops, broadcast_to_like, slice_like, the channel normalizations
+
+def _gen_test(name: str):
+    """isnan, isfinite, isinf: a bool of an exact numeric value."""
+    def gen(g: _Grower):
+        return g.call(name, [g.tensor(_exact_num)], bound=1.0, frac=0, exact=True)
+    return gen
+
+
+def _gen_sign(g: _Grower):
+    # the sign jumps at zero: the operand must be exact
+    return g.call("sign", [g.tensor(_exact_num)], bound=1.0, frac=0)
+
+
+def _gen_copy(g: _Grower):
+    return g.call("copy", [g.tensor(lambda v: True)])
+
+
+def _gen_broadcast_to_like(g: _Grower):
+    x = g.tensor(lambda v: v.ndim <= 3, shape=g.shape(0, 3))
+    shape = tuple(g.dim(1, 4) if d == 1 and g.chance(0.6) else d for d in x.shape)
+    shape = tuple(g.dim(1, 3) for _ in range(g.int(0, 4 - x.ndim))) + shape
+    like = (g.pick(lambda v: v.shape == shape and v is not x, fresh=0.5)
+            or g.leaf(shape, g.choice(FLOATS + INTS)))
+    return g.call("broadcast_to_like", [x, like])
+
+
+def _gen_slice_like(g: _Grower):
+    x = g.tensor(lambda v: v.ndim >= 1, shape=g.shape(1, 4))
+    axes = None if g.chance(0.4) else tuple(sorted({g.int(0, x.ndim - 1) for _ in range(g.int(1, x.ndim))}))
+    rank = x.ndim if axes is None else max(axes) + 1
+    shape = tuple(g.int(1, x.shape[a]) for a in range(rank))
+    like = g.pick(lambda v: v.shape == shape and v is not x, fresh=0.5) or g.leaf(shape, g.choice(FLOATS))
+    if axes is not None and g.chance(0.3):
+        axes = tuple(a - x.ndim for a in axes)
+    return g.call("slice_like", [x, like], {"axes": axes})
+
+
+def _gen_channel_norm(name: str):
+    def gen(g: _Grower):
+        # normalizing divides by the spread, which magnifies the rounding of values equal but for
+        # it (see layer_norm): the input must be exact
+        x = g.tensor(lambda v: _flt(v) and v.ndim >= 2 and v.exact and not v.layout, shape=g.shape(2, 4),
+                     dtype=g.float_dtype())
+        axis = g.choice([a for a in range(1, x.ndim)] + [-1])
+        c = x.shape[axis]
+        gamma, beta = g.leaf((c,), x.dtype, weight=True), g.leaf((c,), x.dtype, weight=True)
+        attrs = {"axis": axis, "center": g.chance(0.8), "scale": g.chance(0.8)}
+        if name == "nn.group_norm":
+            attrs["num_groups"] = g.choice([d for d in range(1, c + 1) if c % d == 0])
+        return g.call(name, [x, gamma, beta], attrs, exact=False, bound=40.0)
+    return gen
+
+
+def _gen_l2_normalize(g: _Grower):
+    x = g.tensor(lambda v: _flt(v) and v.ndim >= 1, shape=g.shape(1, 4), dtype=g.float_dtype())
+    axis = tuple(_axis_list(g, x.ndim)) if g.chance(0.7) else ()
+    return g.call("nn.l2_normalize", [x], {"eps": g.choice([1e-12, 1e-3, 1.0]), "axis": axis},
+                  exact=False, bound=max(1.0, x.bound))
+
+
+def _gen_conv_transpose_nd(spatial: str):
+    name = "nn.conv1d_transpose" if spatial == "W" else "nn.conv3d_transpose"
+
+    def gen(g: _Grower):
+        x = _spatial_input(g, spatial, "NC" + spatial, (g.choice(["float32", "float32", "float64"]),))
+        ext = _extents(x, "NC" + spatial)
+        c = ext["C"]
+        groups = g.choice([1, 1] + [d for d in range(2, c + 1) if c % d == 0])
+        channels = groups * g.int(1, 2)
+        ks, ss, ds, before, after, out_pad = [], [], [], [], [], []
+        for a in spatial:
+            k, s, d = g.int(1, 3), g.int(1, 2), g.int(1, 2)
+            p0, p1 = g.int(0, k - 1), g.int(0, k - 1)
+            if (ext[a] - 1) * s + d * (k - 1) + 1 - p0 - p1 < 1:
+                p0 = p1 = 0
+            ks.append(k)
+            ss.append(s)
+            ds.append(d)
+            before.append(p0)
+            after.append(p1)
+            out_pad.append(g.int(0, s - 1))
+        weight = g.leaf((c, channels // groups) + tuple(ks), x.dtype, weight=True)
+        attrs = {"strides": tuple(ss), "padding": tuple(before + after), "output_padding": tuple(out_pad),
+                 "dilation": tuple(ds), "groups": groups, "channels": channels, "kernel_size": tuple(ks)}
+        taps = c * int(np.prod(ks))
+        return g.call(name, [x, weight], attrs, bound=x.bound * weight.bound * taps,
+                      frac=x.frac + weight.frac)
+    return gen
+
+
+def _gen_mirror_pad(g: _Grower):
+    x = g.tensor(lambda v: 1 <= v.ndim <= 4, shape=g.shape(1, 4))
+    mode = g.choice(["SYMMETRIC", "REFLECT"])
+    width = []
+    for d in x.shape:
+        limit = min(2, d if mode == "SYMMETRIC" else d - 1)
+        width.append((g.int(0, limit), g.int(0, limit)))
+    return g.call("nn.mirror_pad", [x], {"pad_width": tuple(width), "mode": mode})
+
+
 # ---------------------------------------------------------------------------------------------
 # The table
 
@@ -1248,6 +1648,53 @@ OP_GENERATORS: dict = {
     "nn.batch_norm": _gen_batch_norm,
     "nn.layer_norm": _gen_layer_norm,
     "nn.lrn": _gen_lrn,
+    "nn.conv1d": _gen_conv_nd("W"),
+    "nn.conv3d": _gen_conv_nd("DHW"),
+    "nn.max_pool1d": _gen_pool_nd("max", "W"),
+    "nn.max_pool3d": _gen_pool_nd("max", "DHW"),
+    "nn.avg_pool1d": _gen_pool_nd("avg", "W"),
+    "nn.avg_pool3d": _gen_pool_nd("avg", "DHW"),
+    "nn.adaptive_max_pool1d": _gen_adaptive_nd("max", "W"),
+    "nn.adaptive_max_pool2d": _gen_adaptive_nd("max", "HW"),
+    "nn.adaptive_max_pool3d": _gen_adaptive_nd("max", "DHW"),
+    "nn.adaptive_avg_pool1d": _gen_adaptive_nd("avg", "W"),
+    "nn.adaptive_avg_pool3d": _gen_adaptive_nd("avg", "DHW"),
+    "nn.upsampling": _gen_upsampling,
+    "nn.upsampling3d": _gen_upsampling3d,
+    "nn.space_to_depth": _gen_block("nn.space_to_depth"),
+    "nn.depth_to_space": _gen_block("nn.depth_to_space"),
+    "image.resize1d": _gen_resize_nd("W"),
+    "image.resize3d": _gen_resize_nd("DHW"),
+    # gathers, scatters, scans, sorting, collapse_sum, annotations
+    "gather": _gen_gather,
+    "gather_nd": _gen_gather_nd,
+    "scatter_nd": _gen_scatter_nd,
+    "ndarray_size": _gen_ndarray_size,
+    "reverse": _gen_reverse,
+    "cumsum": _gen_scan("cumsum"),
+    "cumprod": _gen_scan("cumprod"),
+    "argsort": _gen_sorting("argsort"),
+    "sort": _gen_sorting("sort"),
+    "topk": _gen_sorting("topk"),
+    "collapse_sum_like": _gen_collapse_sum("collapse_sum_like"),
+    "collapse_sum_to": _gen_collapse_sum("collapse_sum_to"),
+    "annotation.stop_fusion": _gen_stop_fusion,
+    "isnan": _gen_test("isnan"),
+    "isfinite": _gen_test("isfinite"),
+    "isinf": _gen_test("isinf"),
+    "sign": _gen_sign,
+    "trunc": _gen_rounding("trunc"),
+    "copy": _gen_copy,
+    "trunc_divide": _gen_division("trunc_divide"),
+    "trunc_mod": _gen_division("trunc_mod"),
+    "broadcast_to_like": _gen_broadcast_to_like,
+    "slice_like": _gen_slice_like,
+    "nn.instance_norm": _gen_channel_norm("nn.instance_norm"),
+    "nn.group_norm": _gen_channel_norm("nn.group_norm"),
+    "nn.l2_normalize": _gen_l2_normalize,
+    "nn.conv1d_transpose": _gen_conv_transpose_nd("W"),
+    "nn.conv3d_transpose": _gen_conv_transpose_nd("DHW"),
+    "nn.mirror_pad": _gen_mirror_pad,
 }
 """Op name -> generator of one well-typed call (attrs, operand dtypes and domains)."""
 

@@ -182,7 +182,7 @@ class PassExplorer:
     >>> explorer.set_enabled("FuseOps", False)    # a click on its check box: runs again
     >>> print(explorer.final_text)
     #[version = "0.0.5"]
-    def @main(%x: Tensor[(2), float32]) /* ty=Tensor[(2), float32] */ {
+    def @main(%x: Tensor[(2), float32]) -> Tensor[(2), float32] {
       %0 = add(%x, %x) /* ty=Tensor[(2), float32] */;
       nn.relu(%0) /* ty=Tensor[(2), float32] */
     }

@@ -703,6 +703,269 @@ def _resize(name):
     return out
 
 
+# ---- 1-D and 3-D convolution and pooling, upsampling, resize1d/3d
+
+@cases("nn.conv1d", "nn.conv3d")
+def _conv_nd(name):
+    three = name == "nn.conv3d"
+    data, weight = ((1, 4, 4, 5, 6), (6, 2, 2, 3, 2)) if three else ((2, 4, 9), (6, 2, 3))
+    n = 3 if three else 1
+    red = 2 * (12 if three else 3)
+    layouts = ("NDHWC", "DHWIO") if three else ("NWC", "WIO")
+    return [Case(name, [(data, f32), (weight, f32)], {"groups": 2, "padding": (1,) * n}, red=red),
+            Case(name, [(data, f64), (weight, f64)], {"groups": 2, "strides": (2,) * n,
+                                                      "dilation": (1,) * (n - 1) + (2,)},
+                 label="stride_dil", red=red),
+            Case(name, [(data, i8), (weight, i8)], {"groups": 2, "out_dtype": i32}, label="to_i32"),
+            Case(name, [(Layout("NC" + ("DHW" if three else "W")).convert_shape(data, layouts[0]), f32),
+                        (Layout("OI" + ("DHW" if three else "W")).convert_shape(
+                            (6, 4) + weight[2:], layouts[1]), f32)],
+                 {"data_layout": layouts[0], "kernel_layout": layouts[1]}, label="channels_last",
+                 red=2 * red)]
+
+
+@cases("nn.conv1d_transpose", "nn.conv3d_transpose")
+def _conv_transpose_nd(name):
+    three = name == "nn.conv3d_transpose"
+    data, weight = ((1, 4, 2, 3, 3), (4, 3, 2, 2, 3)) if three else ((2, 4, 5), (4, 3, 3))
+    n = 3 if three else 1
+    red = 4 * (12 if three else 3)
+    return [Case(name, [(data, f32), (weight, f32)], {"strides": (2,) * n, "padding": (1,) * n,
+                                                      "output_padding": (1,) * n}, red=red),
+            Case(name, [(data, f64), ((4, 1) + weight[2:], f64)], {"groups": 2, "dilation": (2,) * n},
+                 label="groups_dil", red=red)]
+
+
+POOLS_ND = [({"pool_size": 2, "strides": 2}, "k2s2"),
+            ({"pool_size": 3, "strides": 2, "padding": 1, "ceil_mode": True}, "pad_ceil"),
+            ({"pool_size": 2, "dilation": 2, "padding": 1}, "dilation")]
+
+
+@cases("nn.max_pool1d", "nn.avg_pool1d", "nn.max_pool3d", "nn.avg_pool3d")
+def _pool_nd(name):
+    three = name.endswith("3d")
+    shape = (1, 2, 5, 6, 7) if three else (2, 3, 11)
+    red = 27 if three else 3
+    out = [Case(name, [(shape, f32)], attrs, label=label, red=red) for attrs, label in POOLS_ND]
+    last = (1, 5, 6, 7, 2) if three else (2, 11, 3)
+    out.append(Case(name, [(last, f32)], dict(POOLS_ND[1][0], layout="NDHWC" if three else "NWC"),
+                    label="channels_last", red=red))
+    out.append(Case(name, [(shape, i32)], POOLS_ND[1][0], label="pad_ceil", red=red))
+    if name.startswith("nn.avg"):
+        out.append(Case(name, [(shape, f32)], dict(POOLS_ND[1][0], count_include_pad=True),
+                        label="incl", red=red))
+    return out
+
+
+@cases("nn.adaptive_max_pool1d", "nn.adaptive_avg_pool1d", "nn.adaptive_max_pool2d",
+       "nn.adaptive_max_pool3d", "nn.adaptive_avg_pool3d")
+def _adaptive_nd(name):
+    rank = int(name[-2])
+    shape = {1: (2, 3, 9), 2: (1, 2, 7, 9), 3: (1, 2, 5, 6, 7)}[rank]
+    size = {1: (4,), 2: (3, 4), 3: (2, 4, 3)}[rank]
+    return [Case(name, [(shape, f32)], {"output_size": size}, red=27),
+            Case(name, [(shape, f64)], {"output_size": 1}, label="global", red=400),
+            Case(name, [(shape, i32)], {"output_size": size})]
+
+
+@cases("nn.upsampling")
+def _upsampling(name):
+    return [Case(name, [((1, 2, 3, 4), f32)], {"scale_h": 2.0, "scale_w": 1.5, "method": method,
+                                               "align_corners": corners},
+                 label=f"{method}_{corners}", red=16, tol_dtype=f32)
+            for method in ("nearest_neighbor", "bilinear", "bicubic") for corners in (False, True)] + \
+        [Case(name, [((1, 3, 4, 2), f32)], {"scale_h": 0.5, "scale_w": 2.0, "layout": "NHWC"},
+              label="nhwc")]
+
+
+@cases("nn.upsampling3d")
+def _upsampling3d(name):
+    return [Case(name, [((1, 2, 2, 3, 4), f32)], {"scale_d": 2.0, "scale_h": 1.5, "scale_w": 0.5,
+                                                  "method": method,
+                                                  "coordinate_transformation_mode": mode},
+                 label=f"{method}_{mode}", red=8, tol_dtype=f32)
+            for method in ("nearest_neighbor", "trilinear") for mode in RESIZE_MODES[:4]]
+
+
+@cases("image.resize1d", "image.resize3d")
+def _resize_nd(name):
+    three = name == "image.resize3d"
+    shape, size = ((1, 2, 3, 4, 5), (5, 2, 7)) if three else ((2, 3, 7), (11,))
+    roi = (0.1, -0.2, 0.0, 0.9, 1.1, 1.0) if three else (0.1, 0.9)
+    out = []
+    for method in ("nearest_neighbor", "linear", "cubic"):
+        for mode in RESIZE_MODES if method != "cubic" else RESIZE_MODES[:3]:
+            attrs = {"size": size, "method": method, "coordinate_transformation_mode": mode}
+            if mode == "tf_crop_and_resize":
+                attrs.update(roi=roi, extrapolation_value=-1.0)
+            out.append(Case(name, [(shape, f32)], attrs, label=f"{method}_{mode}", red=64))
+    out.append(Case(name, [(shape, u8)], {"size": size, "out_dtype": f32}, label="to_f32", red=8))
+    for case in out:
+        case.tol_dtype = f32
+    return out
+
+
+@cases("nn.space_to_depth", "nn.depth_to_space")
+def _block(name):
+    shape = (1, 3, 4, 6) if name == "nn.space_to_depth" else (1, 8, 3, 2)
+    return [Case(name, [(shape, f32)], {"block_size": 2}),
+            Case(name, [((shape[0], shape[2], shape[3], shape[1]), i8)],
+                 {"block_size": 2, "layout": "NHWC"}, label="nhwc")] + \
+        ([Case(name, [(shape, f32)], {"block_size": 2, "mode": "CRD"}, label="crd")]
+         if name == "nn.depth_to_space" else [])
+
+
+@cases("nn.instance_norm", "nn.group_norm")
+def _channel_norm(name):
+    extra = {"num_groups": 2} if name == "nn.group_norm" else {}
+    return [Case(name, [((2, 4, 3, 5), dt), ((4,), dt), ((4,), dt)], dict(extra), red=30)
+            for dt in FLOATS] + \
+        [Case(name, [((2, 5, 4), f32), ((4,), f32), ((4,), f32)],
+              dict(extra, axis=-1, center=False, epsilon=1e-3), label="last", red=10)]
+
+
+@cases("nn.l2_normalize")
+def _l2_normalize(name):
+    return [Case(name, [((3, 40), dt)], {"axis": (1,)}, red=40) for dt in FLOATS] + \
+        [Case(name, [((2, 3, 16), f32)], {"eps": 1e-3}, label="all", red=96)]
+
+
+@cases("nn.mirror_pad")
+def _mirror_pad(name):
+    return [Case(name, [((3, 4, 5), dt)], {"pad_width": ((1, 2), (0, 3), (2, 2)), "mode": mode},
+                 label=mode) for dt in (f32, i8) for mode in ("SYMMETRIC", "REFLECT")]
+
+
+# ---- gathers, scatters, scans, sorting, collapse_sum, the other new elementwise ops
+
+def _index_arrays(data, index, extent, dt=f32, lo=0):
+    def make(rng):
+        return [_random(rng, data, dt), rng.integers(lo, extent, size=index).astype(i32)]
+    return make
+
+
+@cases("gather")
+def _gather(name):
+    return [Case(name, [((3, 4), dt), ((3, 6), i32)], {"axis": 1},
+                 arrays=_index_arrays((3, 4), (3, 6), 4, dt)) for dt in ALL_DTYPES] + \
+        [Case(name, [((5, 2, 3), i8), ((2, 2, 3), i32)], {"axis": 0},
+              arrays=_index_arrays((5, 2, 3), (2, 2, 3), 5, i8), label="axis0")]
+
+
+@cases("gather_nd")
+def _gather_nd(name):
+    return [Case(name, [((3, 4, 5), dt), ((2, 3, 2), i32)],
+                 arrays=_index_arrays((3, 4, 5), (2, 3, 2), 3, dt)) for dt in ALL_DTYPES] + \
+        [Case(name, [((3, 4, 5), i64), ((1, 3, 2), i32)], {"batch_dims": 1},
+              arrays=_index_arrays((3, 4, 5), (1, 3, 2), 4, i64), label="batch"),
+         Case(name, [((2, 3), f64), ((2,), i32)], arrays=_index_arrays((2, 3), (2,), 2, f64),
+              label="scalar")]
+
+
+@cases("scatter_nd")
+def _scatter_nd(name):
+    def arrays(dt):
+        def make(rng):
+            return [_random(rng, (4, 3), dt), rng.integers(0, 4, size=(1, 5)).astype(i32),
+                    _random(rng, (5, 3), dt)]
+        return make
+    return [Case(name, [((4, 3), dt), ((1, 5), i32), ((5, 3), dt)], {"mode": mode}, label=mode,
+                 arrays=arrays(dt), red=5)
+            for dt in ALL_DTYPES for mode in ("update", "add", "mul", "min", "max")
+            if dt != b or mode == "update"]
+
+
+@cases("ndarray_size")
+def _ndarray_size(name):
+    return [Case(name, [((3, 4, 5), f32)]), Case(name, [((7,), i8)], {"dtype": "int64"}, label="i64")]
+
+
+@cases("reverse")
+def _reverse(name):
+    return [Case(name, [((3, 4, 16), dt)], {"axis": axis}, label=f"axis{axis}")
+            for dt in (f32, i8) for axis in (0, -1)]
+
+
+@cases("cumsum", "cumprod")
+def _scan(name):
+    return [Case(name, [((3, 8), f32)], {"axis": 1}, red=8),
+            Case(name, [((3, 4), i32)], {"exclusive": True}, label="flat_excl"),
+            Case(name, [((4, 3), i8)], {"axis": 0, "dtype": "int64"}, label="to_i64"),
+            Case(name, [((2, 5), f64)], {"axis": -1, "exclusive": True}, label="excl", red=5)]
+
+
+def _ties(shape, dt):
+    def make(rng):
+        return [rng.integers(-3, 4, size=shape).astype(dt)]
+    return make
+
+
+@cases("argsort", "sort", "topk")
+def _sorting(name):
+    extra = {"k": 3} if name == "topk" else {}
+    out = [Case(name, [((3, 7), dt)], dict(extra), label="ties", arrays=_ties((3, 7), dt))
+           for dt in (f32, i32, u8)]
+    out.append(Case(name, [((4, 3, 5), f64)], dict(extra, axis=0, is_ascend=name != "topk"),
+                    label="axis0"))
+    if name == "topk":
+        out += [Case(name, [((3, 7), f32)], {"k": 0, "ret_type": kind}, label=f"all_{kind}")
+                for kind in ("values", "indices")]
+    return out
+
+
+@cases("collapse_sum_like")
+def _collapse_sum_like(name):
+    return [Case(name, [((2, 4, 3), dt), ((4, 1), dt)], red=6) for dt in (f32, i32)]
+
+
+@cases("collapse_sum_to")
+def _collapse_sum_to(name):
+    def arrays(dt):
+        def make(rng):
+            return [_random(rng, (2, 4, 3), dt), np.array([1, 3], "int32")]
+        return make
+    return [Case(name, [((2, 4, 3), dt), ((2,), i32)], {"shape": (1, 3)}, arrays=arrays(dt), red=8)
+            for dt in NUMERIC]
+
+
+@cases("annotation.stop_fusion", "copy")
+def _identity(name):
+    return [Case(name, [((3, 40), dt)]) for dt in (f32, i8, b)]
+
+
+@cases("isnan", "isfinite", "isinf")
+def _float_tests(name):
+    def arrays(rng):
+        a = _random(rng, (3, 8), f32)
+        a[0, :3] = (np.nan, np.inf, -np.inf)
+        return [a]
+    return [Case(name, [((3, 8), f32)], arrays=arrays), Case(name, [((3, 8), i32)])]
+
+
+@cases("trunc", "sign")
+def _trunc_sign(name):
+    def zeros(rng):
+        x = (rng.integers(-8, 8, size=(3, 40)) / 4).astype(f32)   # zeros and halves among them
+        return [x]
+    return _unary(name, NUMERIC) + [Case(name, [((3, 40), f32)], label="zeros", arrays=zeros)]
+
+
+@cases("trunc_divide", "trunc_mod")
+def _trunc_division(name):
+    return _binary(name, NUMERIC, domain="nonzero_rhs")
+
+
+@cases("broadcast_to_like")
+def _broadcast_to_like(name):
+    return [Case(name, [((3, 1), dt), ((2, 3, 16), i32)]) for dt in (f32, i8)]
+
+
+@cases("slice_like")
+def _slice_like(name):
+    return [Case(name, [((4, 5, 16), f32), ((2, 3), f64)]),
+            Case(name, [((4, 5, 16), i8), ((2, 3, 8), f32)], {"axes": (-1,)}, label="last")]
+
+
 def _large_cases():
     """A few cases above the strategy's PARALLEL_MIN_WORK, so that the parallel loops (the
     runtime's thread pool) run too."""
@@ -736,7 +999,11 @@ ALL_DTYPES = (f32, f64, i32, i64, i8, u8, b)
 #: (sums, products, means, convolutions of truth values).
 BOOL_MEANINGLESS = {"nn.bias_add", "nn.conv2d", "nn.conv2d_transpose", "nn.dense", "nn.matmul",
                     "nn.batch_matmul", "nn.avg_pool2d", "nn.max_pool2d", "nn.global_avg_pool2d",
-                    "nn.global_max_pool2d", "nn.adaptive_avg_pool2d"}
+                    "nn.global_max_pool2d", "nn.adaptive_avg_pool2d", "nn.conv1d", "nn.conv3d",
+                    "nn.conv1d_transpose", "nn.conv3d_transpose", "nn.max_pool1d", "nn.max_pool3d",
+                    "nn.avg_pool1d", "nn.avg_pool3d", "nn.adaptive_max_pool1d",
+                    "nn.adaptive_avg_pool1d", "nn.adaptive_max_pool2d", "nn.adaptive_max_pool3d",
+                    "nn.adaptive_avg_pool3d"}
 
 #: (op, dtype) pairs the relation accepts and the compute refuses with a CompileError naming the
 #: op: integer powers need a loop over the exponent's bits, which computes cannot express.

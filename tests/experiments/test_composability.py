@@ -159,8 +159,9 @@ def test_csv_and_json_round_trip(result, tmp_path):
 def test_unknown_model_and_target_fail_before_compiling():
     with pytest.raises(KeyError, match="did you mean resnet18"):
         composability(["resnet19"], progress=False)
-    with pytest.raises(ValueError, match="'opencl' has no backend yet; available targets: llvm"):
-        composability(["dqn"], targets=["opencl"], progress=False)
+    with pytest.raises(ValueError, match="'cuda' has no backend yet; available targets: llvm, "
+                                         "opencl"):
+        composability(["dqn"], targets=["cuda"], progress=False)
     with pytest.raises(ValueError, match="interpreter is not a target"):
         composability(["dqn"], targets="interpreter", progress=False)
 

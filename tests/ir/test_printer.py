@@ -131,6 +131,46 @@ def test_calls_are_bound_in_order_and_the_last_is_inline():
         "}")
 
 
+def test_arguments_are_bound_depth_first_left_to_right():
+    # Relay's order: each argument's subexpressions are bound before the next argument's, and a
+    # node shared by both arguments where it is first reached
+    a, b = var("a", shape=(2,)), var("b", shape=(2,))
+    shared = op.exp(a)
+    left = op.multiply(op.negative(a), shared)
+    right = op.subtract(op.log(b), shared)
+    assert astext(Function([a, b], op.add(left, right))) == (
+        "fn (%a: Tensor[(2), float32], %b: Tensor[(2), float32]) {\n"
+        "  %0 = negative(%a);\n"
+        "  %1 = exp(%a);\n"
+        "  %2 = multiply(%0, %1);\n"
+        "  %3 = log(%b);\n"
+        "  %4 = subtract(%3, %1);\n"
+        "  add(%2, %4)\n"
+        "}")
+
+
+def test_nested_tuples_are_bound_depth_first_left_to_right():
+    a, b = var("a", shape=(2,)), var("b", shape=(2,))
+    body = Tuple([Tuple([op.negative(a), op.exp(a)]),
+                  Tuple([op.log(b), Tuple([op.tanh(b), op.sigmoid(b)])]),
+                  op.concatenate(Tuple([a, op.add(a, b)]))])
+    assert astext(Function([a, b], body)) == (
+        "fn (%a: Tensor[(2), float32], %b: Tensor[(2), float32]) {\n"
+        "  %0 = negative(%a);\n"
+        "  %1 = exp(%a);\n"
+        "  %2 = (%0, %1);\n"
+        "  %3 = log(%b);\n"
+        "  %4 = tanh(%b);\n"
+        "  %5 = sigmoid(%b);\n"
+        "  %6 = (%4, %5);\n"
+        "  %7 = (%3, %6);\n"
+        "  %8 = add(%a, %b);\n"
+        "  %9 = (%a, %8);\n"
+        "  %10 = concatenate(%9);\n"
+        "  (%2, %7, %10)\n"
+        "}")
+
+
 def test_shared_node_is_bound_once():
     x = var("x", shape=(2,))
     s = op.add(x, x)

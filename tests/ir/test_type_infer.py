@@ -53,11 +53,19 @@ def test_pass_returns_a_new_module_with_every_node_typed():
     out = infer_mod(mod)
     assert out is not mod
     main = out["main"]
-    assert main is mod["main"]
+    # as in Relay, what was inferred is written back: the let variable gets its annotation and
+    # the function its return type, in new nodes; the input program is left as it was
+    assert main is not mod["main"] and mod["main"].ret_type is None and t.type_annotation is None
+    assert main.ret_type == T(1, 3) and main.body.var.type_annotation == T(1, 3)
+    assert main.params[0] is x and main.body.value is body.value
+    assert main.body.body.args[0] is main.body.var
+    assert infer_mod(out)["main"] is main          # nothing left to write back
     assert main.checked_type == FuncType([T(1, 3)], T(1, 3))
     assert x.checked_type == T(1, 3)
     assert t.checked_type == T(1, 3)
     assert body.value.checked_type == T(1, 3)
+    # each operator call records the types of its relation's variables, inputs then output
+    assert body.value.type_args == (T(1, 3), T(1, 3))
     assert body.body.args[1].checked_type == scalar(f32)
     assert out.get_global_var("main").checked_type == main.checked_type
     relu_type = body.value.op.checked_type

@@ -22,7 +22,7 @@ def check_roundtrip(mod):
     """The text of the module parses back to the same module, before and after type inference."""
     rb.assert_structural_equal(rb.parse(mod.astext()), mod)
     typed = rb.passes.InferType()(mod)
-    rb.assert_structural_equal(rb.parse(typed.astext()), mod)
+    rb.assert_structural_equal(rb.parse(typed.astext()), typed)
 
 
 def sequence(seq_len=5, batch=2, size=6, seed=1):

@@ -673,3 +673,41 @@ def test_shape_of_float_dtype_compiled():
 def test_comparisons_give_bool_for_every_dtype(name, dtype):
     assert infer_expr(getattr(op, name)(v("a", 2, 1, dtype=dtype), v("b", 3, dtype=dtype))) == \
         T(2, 3, dtype="bool")
+
+
+def test_relays_permissive_relation_is_one_registration_away():
+    """Relay types log with IdentityRel (any dtype); here the relation is strict. Registering
+    Relay's relation as FTypeRelation gives Relay's typing, and running what the op cannot
+    compute is then a clear error, not a wrong result."""
+    import numpy as np
+    import relaybench as rb
+    from relaybench.errors import CompileError, ExecutionError, TypeInferenceError
+    text = '#[version = "0.0.5"]\ndef @main(%x: Tensor[(3), int32]) { log(%x) }'
+    with pytest.raises(TypeInferenceError, match="log: data must be a floating-point tensor"):
+        rb.passes.InferType()(rb.parse(text))
+    with rb.op.attr_scope():
+        rb.op.register_op_attr("log", "FTypeRelation", lambda types, attrs: types[0], level=11)
+        mod = rb.passes.InferType()(rb.parse(text))
+        assert mod["main"].ret_type == rb.ir.TensorType((3,), "int32")
+        run = rb.create_executor("interpreter", mod=mod).evaluate()
+        with pytest.raises(ExecutionError, match="log at <string>:2:37: gives float64 on inputs int32\\[3\\], where "
+                                                 "the program's type says int32"):
+            run(np.array([1, 2, 3], "int32"))
+        with pytest.raises(CompileError, match="log: no compute for int32"):
+            rb.build(mod, target="llvm")
+    with pytest.raises(TypeInferenceError):       # the scope undid the registration
+        rb.passes.InferType()(rb.parse(text))
+
+
+def test_a_registered_relation_replaces_the_builtin_one():
+    """FTypeRelation at a higher level is what inference uses: a relation that gives the
+    transposed shape for nn.relu (a deliberately different rule) shows in the inferred type."""
+    import relaybench as rb
+    x = rb.var("x", shape=(2, 5))
+    fn = rb.Function([x], rb.op.nn.relu(x))
+    with rb.op.attr_scope():
+        rb.op.register_op_attr("nn.relu", "FTypeRelation",
+                               lambda types, attrs: rb.ir.TensorType(types[0].shape[::-1], "float32"),
+                               level=11)
+        assert rb.ir.type_infer.infer_expr(fn.body) == rb.ir.TensorType((5, 2), "float32")
+    assert rb.ir.type_infer.infer_expr(rb.op.nn.relu(x)) == rb.ir.TensorType((2, 5), "float32")

@@ -18,6 +18,7 @@ from relaybench.passes.fuse_ops import (DefuseOps, FuseOps, fused_groups, fused_
                                         fusion_partition)
 from relaybench.passes.infra import PassContext, parse_pipeline, typed
 from relaybench.testing import chain, chain_reference, random_inputs
+from relaybench.testing import run_infer_type
 
 HEADER = '#[version = "0.0.5"]\n'
 
@@ -54,9 +55,9 @@ def check(before_text, expected_text, args=None, **options):
     before = parse(before_text)
     after = FuseOps(**options)(before)
     expected = parse(expected_text)
-    assert_structural_equal(after["main"], expected["main"], map_free_vars=True)
+    assert_structural_equal(run_infer_type(after["main"]), run_infer_type(expected["main"]), map_free_vars=True)
     assert_same_results(before, after, args)
-    assert_structural_equal(DefuseOps()(after)["main"], before["main"], map_free_vars=True)
+    assert_structural_equal(run_infer_type(DefuseOps()(after)["main"]), run_infer_type(before["main"]), map_free_vars=True)
     assert FuseOps(**options)(after) is after
     return after
 
@@ -466,7 +467,7 @@ def @main(%x: Tensor[(2), float32], %y: Tensor[(3), float32]) {
   %0.1
 }""")
     after = FuseOps()(before)
-    assert_structural_equal(after["main"], before["main"], map_free_vars=True)
+    assert_structural_equal(run_infer_type(after["main"]), run_infer_type(before["main"]), map_free_vars=True)
     assert fused_groups(after) == []
     assert FuseOps()(after) is after
     # with an operator after the projection, all three form one kernel
@@ -498,7 +499,7 @@ def test_scalar_constants_stay_inside_tensor_constants_are_arguments():
     p0, p1 = var("p0", shape=(2, 3)), var("p1", shape=(3,))
     body = op.nn.relu(op.add(op.multiply(p0, p1), rb.const(2.0)))
     prim = Function([p0, p1], body, TensorType((2, 3), "float32"), attrs={"Primitive": 1})
-    assert_structural_equal(after["main"], Function([x], Call(prim, [x, c])), map_free_vars=True)
+    assert_structural_equal(run_infer_type(after["main"]), run_infer_type(Function([x], Call(prim, [x, c]))), map_free_vars=True)
     assert_same_results(before, after)
 
     # link_params (the option or the context's config) keeps the tensor constant in the body
@@ -506,9 +507,9 @@ def test_scalar_constants_stay_inside_tensor_constants_are_arguments():
     body = op.nn.relu(op.add(op.multiply(p0, c), rb.const(2.0)))
     prim = Function([p0], body, TensorType((2, 3), "float32"), attrs={"Primitive": 1})
     linked = FuseOps(link_params=True)(before)
-    assert_structural_equal(linked["main"], Function([x], Call(prim, [x])), map_free_vars=True)
+    assert_structural_equal(run_infer_type(linked["main"]), run_infer_type(Function([x], Call(prim, [x]))), map_free_vars=True)
     with PassContext(config={"relay.FuseOps.link_params": True}):
-        assert structural_equal(FuseOps()(before)["main"], linked["main"], map_free_vars=True)
+        assert structural_equal(run_infer_type(FuseOps()(before)["main"]), run_infer_type(linked["main"]), map_free_vars=True)
     assert_same_results(before, linked)
 
 
@@ -546,13 +547,13 @@ def test_fuse_opt_level_0_puts_every_op_alone():
     check(CONV_ADD_RELU, CONV_ADD_RELU_UNFUSED, fuse_opt_level=0)
     before, expected = parse(CONV_ADD_RELU), parse(CONV_ADD_RELU_UNFUSED)
     with PassContext(opt_level=0):  # fuse_opt_level=-1 follows the context
-        assert_structural_equal(FuseOps()(before)["main"], expected["main"], map_free_vars=True)
+        assert_structural_equal(run_infer_type(FuseOps()(before)["main"]), run_infer_type(expected["main"]), map_free_vars=True)
     with PassContext(opt_level=3):  # an explicit level wins over the context
-        assert_structural_equal(FuseOps(fuse_opt_level=0)(before)["main"], expected["main"],
+        assert_structural_equal(run_infer_type(FuseOps(fuse_opt_level=0)(before)["main"]), run_infer_type(expected["main"]),
                                 map_free_vars=True)
         assert len(fused_groups(FuseOps()(before))) == 1
-    assert_structural_equal(parse_pipeline("fuse-ops{fuse_opt_level=0}")(before)["main"],
-                            expected["main"], map_free_vars=True)
+    assert_structural_equal(run_infer_type(parse_pipeline("fuse-ops{fuse_opt_level=0}")(before)["main"]),
+                            run_infer_type(expected["main"]), map_free_vars=True)
 
 
 UNARY_CHAIN = """
@@ -777,7 +778,7 @@ def @main(%t: (Tensor[(4), float32], Tensor[(4), float32])) {
 
 
 def test_existing_primitive_functions_are_left_alone():
-    before = parse("""
+    before = typed(parse("""
 def @main(%x: Tensor[(4), float32]) {
   %1 = fn (%p0: Tensor[(4), float32], Primitive=1) {
     %0 = exp(%p0);
@@ -786,10 +787,10 @@ def @main(%x: Tensor[(4), float32]) {
   %2 = %1(%x);
   %3 = negative(%2);
   sigmoid(%3)
-}""")
+}"""))
     after = FuseOps()(before)
     first, second = fused_groups(after)
-    assert first.function is typed(before)["main"].body.args[0].args[0].op  # untouched
+    assert first.function is before["main"].body.args[0].args[0].op  # untouched
     assert second.ops == ("negative", "sigmoid")
     assert_same_results(before, after)
 
@@ -825,7 +826,7 @@ def @main(%x: Tensor[(1, 4, 8, 8), float32], %w: Tensor[(4, 4, 3, 3), float32]) 
 
 def test_fused_program_round_trips_through_text():
     after = FuseOps()(parse(CONV_ADD_RELU))
-    assert_structural_equal(rb.parse(after.astext()), after)
+    assert_structural_equal(run_infer_type(rb.parse(after.astext())), run_infer_type(after))
     assert "Primitive=1" in after.astext()
 
 
@@ -933,7 +934,7 @@ def test_resnet18_groups(resnet18):
     _check_resnet18_groups(fused)
     assert_same_values(run(bound, data), run(fused, data))
     assert FuseOps()(fused) is fused
-    assert_structural_equal(DefuseOps()(fused)["main"], simplified["main"], map_free_vars=True)
+    assert_structural_equal(run_infer_type(DefuseOps()(fused)["main"]), run_infer_type(simplified["main"]), map_free_vars=True)
 
 
 def test_resnet18_groups_after_the_library_pipeline(resnet18):
@@ -998,8 +999,8 @@ def test_zoo_model_same_results_fused(name):
     ex_after = rb.create_executor("interpreter", mod=fused).evaluate()
     assert_same_values(ex_before(*args, **params), ex_after(*args, **params))
     assert FuseOps()(fused) is fused
-    back = DefuseOps()(fused)
-    for gv, func in mod.functions.items():
+    back, typed_mod = run_infer_type(DefuseOps()(fused)), run_infer_type(mod)
+    for gv, func in typed_mod.functions.items():
         assert_structural_equal(back[gv.name_hint], func, map_free_vars=True)
 
 

@@ -6,6 +6,7 @@ import pytest
 import relaybench as rb
 from relaybench import config, op
 from relaybench.passes import infra
+from relaybench.testing import run_infer_type
 from relaybench.passes.infra import (FunctionPass, ModulePass, PassContext, PassInfo, PassInstrument,
                                      Sequential, function_pass, get_pass, kebab_case, module_pass,
                                      parse_pipeline)
@@ -265,7 +266,7 @@ def test_function_pass_skips_primitive_external_and_skip_optimization(scratch_re
         return rb.Function(func.params, op.multiply(func.body, rb.const(2.0)), func.ret_type,
                            func.type_params, func.attrs)
 
-    mod = _primitive_module()
+    mod = run_infer_type(_primitive_module())
     out = ToyDoubleBody()(mod)
     names = {gv.name_hint for gv, f in mod.functions.items() if any(f is v for v in visited)}
     assert names == {"plain", "main"}

@@ -9,6 +9,7 @@ import relaybench as rb
 from relaybench.backends.interpreter import RefValue
 from relaybench.ir import assert_structural_equal, bound_vars, count_ops
 from relaybench.passes import inline as inline_module
+from relaybench.testing import run_infer_type
 
 H = '#[version = "0.0.5"]\n'
 
@@ -25,7 +26,7 @@ def run(mod, *args, entry="main"):
 def check(before_text, expected_text):
     before, expected = rb.parse(H + before_text), rb.parse(H + expected_text)
     after = inline(before)
-    assert_structural_equal(after, expected, map_free_vars=True)
+    assert_structural_equal(run_infer_type(after), run_infer_type(expected), map_free_vars=True)
     return before, after
 
 

@@ -11,6 +11,7 @@ import relaybench as rb
 from relaybench.ir import Function, assert_structural_equal, post_order
 from relaybench.models.nlp import from_list, make_list, make_tree
 from relaybench.passes import lambda_lift as lift_module
+from relaybench.testing import run_infer_type
 
 H = '#[version = "0.0.5"]\n'
 
@@ -56,7 +57,7 @@ def @main(%x: Tensor[(2), float32]) {
 def @lifted_main(%y: Tensor[(2), float32]) -> Tensor[(2), float32] { multiply(%y, %y) }
 def @main(%x: Tensor[(2), float32]) { @lifted_main(%x) }
 """)
-    assert_structural_equal(lift(before), expected)
+    assert_structural_equal(run_infer_type(lift(before)), run_infer_type(expected))
 
 
 def test_capturing_closure_takes_its_captures_first_and_is_marked():
@@ -74,7 +75,7 @@ def @main(%a: Tensor[(2), float32], %b: Tensor[(2), float32], %x: Tensor[(2), fl
   (%f(%x), %f(%a))
 }""")
     after = lift(before)
-    assert_structural_equal(after, expected)
+    assert_structural_equal(run_infer_type(after), run_infer_type(expected))
     args = [np.array(v, "float32") for v in ([1, 2], [3, 4], [5, 6])]
     for got, want in zip(run(after, *args), run(before, *args)):
         np.testing.assert_allclose(got, want)
@@ -108,7 +109,7 @@ def @main(%l: List[Tensor[(2), float32]], %x: Tensor[(2), float32]) -> Tensor[(2
     Nil => %x,
   }
 }""")
-    assert_structural_equal(lift(before), expected)
+    assert_structural_equal(run_infer_type(lift(before)), run_infer_type(expected))
 
 
 def test_recursive_closure_without_captures_calls_the_global():
@@ -128,7 +129,7 @@ def @main(%n: int32) {
   %f(%n)
 }""")
     after = lift(before)
-    assert_structural_equal(after, expected)
+    assert_structural_equal(run_infer_type(after), run_infer_type(expected))
     assert run(after, np.int32(6)) == run(before, np.int32(6)) == 21
 
 
@@ -151,7 +152,7 @@ def @main(%a: Tensor[(2), float32], %n: int32) {
   %f(%n, %a)
 }""")
     after = lift(before)
-    assert_structural_equal(after, expected)
+    assert_structural_equal(run_infer_type(after), run_infer_type(expected))
     a = np.array([1.5, -1.0], "float32")
     np.testing.assert_allclose(run(after, a, np.int32(3)), 4 * a)
     np.testing.assert_allclose(run(before, a, np.int32(3)), 4 * a)
@@ -181,7 +182,7 @@ def @main(%a: Tensor[(2), float32], %x: Tensor[(2), float32]) {
   %outer(%x)
 }""")
     after = lift(before)
-    assert_structural_equal(after, expected)
+    assert_structural_equal(run_infer_type(after), run_infer_type(expected))
     assert not local_closures(after)
     a, x = np.array([1.0, 2.0], "float32"), np.array([3.0, -1.0], "float32")
     np.testing.assert_allclose(run(after, a, x), x * x + a)
@@ -204,8 +205,8 @@ def @main(%x: float32) {
 def @lifted_adder(%k: float32) { fn (%v: float32, Closure=1) -> float32 { add(%v, %k) } }
 def @adder(%k: float32) -> fn (float32) -> float32 { @lifted_adder(%k) }
 """)
-    assert_structural_equal(after["adder"], expected_adder["adder"])
-    assert_structural_equal(after["lifted_adder"], expected_adder["lifted_adder"])
+    assert_structural_equal(run_infer_type(after["adder"]), run_infer_type(expected_adder["adder"]))
+    assert_structural_equal(run_infer_type(after["lifted_adder"]), run_infer_type(expected_adder["lifted_adder"]))
     assert [float(v) for v in run(after, np.float32(5))] == [7.0, -5.0, 5.0]
 
 

@@ -15,6 +15,7 @@ from relaybench.ir.functor import ExprMutator
 from relaybench.models.nlp import from_list, make_list
 from relaybench.passes import partial_evaluate as pe_module
 from relaybench.passes.well_formed import check_well_formed
+from relaybench.testing import run_infer_type
 
 H = '#[version = "0.0.5"]\n'
 
@@ -55,7 +56,7 @@ def check_same_outputs(before, after, *args):
 
 
 def main_equal(after, expected_text):
-    assert_structural_equal(after["main"], rb.parse(H + expected_text)["main"], map_free_vars=True)
+    assert_structural_equal(run_infer_type(after)["main"], run_infer_type(rb.parse(H + expected_text))["main"], map_free_vars=True)
 
 
 def let_free(fn: Function) -> Function:
@@ -107,7 +108,7 @@ def test_static_tensors_fold_to_the_numpy_value():
     after = pe(before)
     x2 = var("x", shape=(3, 2))
     expected = Function([x2], op.multiply(x2, rb.const(np.maximum(a + b, 0).T)))
-    assert_structural_equal(after["main"], expected, map_free_vars=True)
+    assert_structural_equal(run_infer_type(after)["main"], run_infer_type(expected), map_free_vars=True)
     check_same_outputs(before, after, np.ones((3, 2), "float32"))
 
 
@@ -302,7 +303,7 @@ def @loop(%n: int32, %acc: float32) -> float32 {
   }
 }
 def @main(%n: int32, %x: float32) -> float32 { @loop(%n, %x) }""")
-    assert_structural_equal(after, expected, map_free_vars=True)
+    assert_structural_equal(run_infer_type(after), run_infer_type(expected), map_free_vars=True)
     for n in range(4):
         check_same_outputs(before, after, np.int32(n), np.float32(1.5))
 
@@ -317,7 +318,7 @@ def @count(%i: int32, %n: int32, %acc: float32) -> float32 {
 """
     before = rb.parse(H + text + "def @main(%n: int32, %x: float32) -> float32 { @count(0, %n, %x) }")
     after = pe(before)
-    assert_structural_equal(after["main"], rb.parse(H + text + """
+    assert_structural_equal(run_infer_type(after)["main"], run_infer_type(rb.parse(H + text + """
 def @main(%n: int32, %x: float32) -> float32 {
   let %c = less(0, %n);
   if (%c) {
@@ -326,7 +327,7 @@ def @main(%n: int32, %x: float32) -> float32 {
   } else {
     %x
   }
-}""")["main"], map_free_vars=True)
+}"""))["main"], map_free_vars=True)
     for n in range(4):
         check_same_outputs(before, after, np.int32(n), np.float32(1.0))
 
@@ -478,9 +479,9 @@ def @main(%x: float32) -> float32 { @helper(multiply(2f, 3f)) }""")
     before["helper"] = before["helper"].with_attr("SkipOptimization", 1)
     after = pe(before)
     assert after["helper"] is before["helper"]
-    assert_structural_equal(after["main"], rb.parse(H + """
+    assert_structural_equal(run_infer_type(after)["main"], run_infer_type(rb.parse(H + """
 def @helper(%x: float32) -> float32 { add(%x, add(1f, 1f)) }
-def @main(%x: float32) -> float32 { @helper(6f) }""")["main"], map_free_vars=True)
+def @main(%x: float32) -> float32 { @helper(6f) }"""))["main"], map_free_vars=True)
     check_same_outputs(before, after, np.float32(1))
 
 
@@ -604,7 +605,7 @@ def test_lstm_loop_over_a_static_list_becomes_straight_line_code():
     assert not control_flow(main) and not any(isinstance(n, rb.GlobalVar) for n in post_order(main))
     xs2 = [var(f"x{i}", shape=(1, 4)) for i in range(3)]
     w2 = [var(n, shape=params[n].shape) for n in names]
-    assert_structural_equal(let_free(main), Function(xs2 + w2, _lstm_expected(xs2, w2, 5)), map_free_vars=True)
+    assert_structural_equal(run_infer_type(let_free(main)), run_infer_type(Function(xs2 + w2, _lstm_expected(xs2, w2, 5))), map_free_vars=True)
 
     rng = np.random.default_rng(0)
     args = [rng.standard_normal((1, 4)).astype("float32") for _ in range(3)] + [params[n] for n in names]
@@ -660,7 +661,7 @@ def test_tree_lstm_over_a_static_tree_shape_becomes_straight_line_code():
     assert not control_flow(main) and not any(isinstance(n, rb.GlobalVar) for n in post_order(main))
     x2 = [var(f"x{i}", shape=(1, 3)) for i in range(3)]
     w2 = [var(n, shape=params[n].shape) for n in names]
-    assert_structural_equal(let_free(main), Function(x2 + w2, _tree_lstm_expected(x2, w2, 2)), map_free_vars=True)
+    assert_structural_equal(run_infer_type(let_free(main)), run_infer_type(Function(x2 + w2, _tree_lstm_expected(x2, w2, 2))), map_free_vars=True)
 
     rng = np.random.default_rng(1)
     args = [rng.standard_normal((1, 3)).astype("float32") for _ in range(3)] + [params[n] for n in names]
@@ -719,5 +720,5 @@ def test_100k_op_static_chain_folds():
     x = var("x", shape=())
     after = pe(rb.IRModule.from_expr(Function([x], op.multiply(x, y))))
     x2 = var("x", shape=())
-    assert_structural_equal(after["main"], Function([x2], op.multiply(x2, rb.const(np.float32(100_000)))),
+    assert_structural_equal(run_infer_type(after)["main"], run_infer_type(Function([x2], op.multiply(x2, rb.const(np.float32(100_000))))),
                             map_free_vars=True)

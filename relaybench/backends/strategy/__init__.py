@@ -8,20 +8,25 @@ A strategy module has two functions:
   (:class:`~relaybench.backends.lowering.GroupInfo`); with ``compute_at=False`` no stage is
   attached inside another's loops (lowering's fallback when a region cannot be inferred).
 
-``get_strategy(target)`` picks the module for a target; ``llvm`` is :mod:`.x86`.
+``get_strategy(target)`` picks the module for a target from :data:`STRATEGIES`: ``llvm`` is
+:mod:`.x86`, ``opencl`` is :mod:`.gpu`.
 """
 
 from __future__ import annotations
 
 from ..target import Target
 
-__all__ = ["get_strategy"]
+__all__ = ["get_strategy", "STRATEGIES"]
+
+#: target kind -> the strategy module (imported when first asked for)
+STRATEGIES = {"llvm": "x86", "opencl": "gpu"}
 
 
 def get_strategy(target):
+    import importlib
     target = Target.parse(target)
-    if target.kind == "llvm":
-        from . import x86
-        return x86
-    from ...errors import CompileError
-    raise CompileError(f"no strategy for target {target}")
+    name = STRATEGIES.get(target.kind)
+    if name is None:
+        from ...errors import CompileError
+        raise CompileError(f"no strategy for target {target}")
+    return importlib.import_module(f"{__name__}.{name}")

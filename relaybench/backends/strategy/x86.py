@@ -33,6 +33,10 @@ Rules, by the group's anchor (the call with the highest pattern kind):
     (vectorized) when it divides, the axis above kept as a row loop, the rest fused into one
     parallel loop.
 
+**Layouts.** Importing this module registers the llvm target's ``FTVMAlterOpLayout`` of
+``nn.conv2d``, :func:`relaybench.passes.alter_op_layout.x86_conv2d_layouts`, which puts
+convolutions in the blocked layouts the rules above schedule.
+
 Every stage that is not an output and not a reduction is inlined into its readers, except a
 convolution's padding and, in groups without a convolution, a stage that would copy more than
 :data:`INLINE_BUDGET` expression nodes into its readers (one read at many points, as a cubic
@@ -55,9 +59,16 @@ import numpy as np
 
 from ... import te
 from ...op._compute import _operand, padded, shape_of
+from ...op.registry import register_alter_op_layout
+from ...passes.alter_op_layout import x86_conv2d_layouts
 from ...te.tensor import ComputeOp
 
 __all__ = ["compute", "schedule", "VECTOR_BYTES", "PARALLEL_MIN_WORK"]
+
+# The layout policy of this target: AlterOpLayout on llvm blocks NCHW convolutions for these
+# schedules (``conv2d_NCHWc``). Registered at level 0, the library's own level, which no scope
+# undoes; a user's registration at a higher level replaces it.
+register_alter_op_layout("nn.conv2d", x86_conv2d_layouts, level=0, target="llvm")
 
 VECTOR_BYTES = 64
 """Bytes per vector register (AVX-512)."""
