@@ -172,7 +172,8 @@ def test_time_on_the_interpreter_and_llvm(model):
     mod, params = model
     explorer = rb.viz.PassExplorer(mod, params, opt_level=3)
     expected = _expected(explorer.inputs, params)
-    assert explorer.target_dropdown.options == ("interpreter", "llvm")
+    # the OpenCL target joins when pyopencl is installed
+    assert explorer.target_dropdown.options[:2] == ("interpreter", "llvm")
     row0 = explorer.time("interpreter")
     assert explorer.run_count == 1                 # timing runs the passes first
     np.testing.assert_allclose(explorer.last_output, expected, rtol=1e-4, atol=1e-4)
