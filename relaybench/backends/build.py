@@ -373,7 +373,10 @@ def build(mod, target="llvm", params: Optional[dict] = None, opt_level: int = 3,
     """
     from ..passes import InferType
     from ..passes.bind_params import bind_params
+    from ..ir.expr import Let
+    from ..ir.functor import post_order
     from ..passes.pipelines import optimize
+    from ..passes.to_graph_normal_form import ToGraphNormalForm
     from .graph_executor import extract_graph
 
     start = time.perf_counter()
@@ -381,6 +384,9 @@ def build(mod, target="llvm", params: Optional[dict] = None, opt_level: int = 3,
     mod = _as_module(mod)
     if params:
         mod = bind_params(mod, params)
+    if any(type(n) is Let for n in post_order(mod["main"])):
+        # dataflow lets become graph edges, so FuseOps fuses across them (lets with effects stay)
+        mod = ToGraphNormalForm()(mod)
     config = dict(config or {})
     config.setdefault("relay.target", str(target))   # the passes apply the target's policies
     if target.kind == "opencl":
