@@ -64,7 +64,8 @@ def _fail(message: str) -> int:
 
 def _configure_version(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-v", "--verbose", action="store_true",
-                        help="also list Python, numpy and the optional packages installed")
+                        help="also list Python, numpy, the optional packages installed and the "
+                             "OpenCL devices")
 
 
 def _run_version(args: argparse.Namespace) -> int:
@@ -73,7 +74,20 @@ def _run_version(args: argparse.Namespace) -> int:
         print(f"python {platform.python_version()} ({sys.executable})")
         for package in ("numpy", *_OPTIONAL_PACKAGES):
             print(f"{package} {_version_of(package) or 'not installed'}")
+        print(_opencl_devices())
     return 0
+
+
+def _opencl_devices() -> str:
+    """The OpenCL platforms and devices the ``opencl`` target can use, one per line."""
+    try:
+        from .backends.opencl.runtime import devices_text
+        text = devices_text()
+    except ImportError:
+        return "opencl devices: none (pyopencl is not installed)"
+    except Exception as err:  # a broken driver must not hide the rest of the report
+        return f"opencl devices: none ({type(err).__name__}: {err})"
+    return "opencl devices:\n" + "\n".join("  " + line for line in text.splitlines())
 
 
 # --- show ----------------------------------------------------------------------------------

@@ -23,6 +23,15 @@ def test_version_verbose_lists_dependencies(capsys):
     assert any(line.startswith("python 3.") for line in lines)
     numpy_line = next(line for line in lines if line.startswith("numpy "))
     assert numpy_line == f"numpy {metadata.version('numpy')}"
+    # and the OpenCL devices: PoCL's CPU device comes with pyopencl[pocl]
+    assert any(line.startswith("opencl devices") for line in lines)
+    try:
+        from relaybench.backends.opencl.runtime import list_devices
+        devices = list_devices()
+    except ImportError:
+        devices = []
+    for platform_name, device_name, kind in devices:
+        assert any(platform_name in line and device_name in line for line in lines)
 
 
 def test_python_dash_m_runs_the_cli():
