@@ -12,6 +12,7 @@ from the table.
     $ relaybench show model.rly --passes fold-constant,fuse-ops --format svg --out model.svg
     $ relaybench bench resnet18 --target llvm --image-shape 3,64,64
     $ relaybench reproduce composability --out results/ --models resnet18,dqn --quick
+    $ relaybench train-digits --epochs 20 --seed 0 --out weights/
     $ relaybench fuzz --n 300 --seed 1000 --jobs 2 --out fuzz-out --minimize
     $ relaybench fuzz --replay fuzz-out/min_0_seed1036.rly
 
@@ -375,6 +376,40 @@ def _run_reproduce(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- train-digits --------------------------------------------------------------------------
+
+def _configure_train_digits(parser: argparse.ArgumentParser) -> None:
+    # no defaults here: train_digits' own (relaybench.experiments.digits.DEFAULTS) apply
+    parser.add_argument("--epochs", type=_positive, metavar="N",
+                        help="passes over the training split")
+    parser.add_argument("--batch-size", type=_positive, metavar="N", help="images per step")
+    parser.add_argument("--learning-rate", type=float, metavar="LR", help="Adam's step size")
+    parser.add_argument("--seed", type=int,
+                        help="seed of the split, the initial weights and the batches")
+    parser.add_argument("--executor", choices=("llvm", "interpreter"), default="llvm",
+                        help="what runs the gradient program (default: llvm, the graph executor)")
+    parser.add_argument("--out", type=Path, metavar="DIR",
+                        help="the folder for digits_cnn.npz and digits_cnn.json (default: the "
+                             "package's relaybench/models/data, where the zoo loads them from)")
+
+
+def _run_train_digits(args: argparse.Namespace) -> int:
+    from relaybench.errors import RelayError
+    from relaybench.experiments.digits import train_digits
+    out = args.out or Path(__file__).resolve().parent / "models" / "data"
+    try:
+        given = {"epochs": args.epochs, "batch_size": args.batch_size,
+                 "learning_rate": args.learning_rate, "seed": args.seed}
+        result = train_digits(executor=args.executor, progress=print,
+                              **{k: v for k, v in given.items() if v is not None})
+        weights, note = result.save(out)
+    except (ImportError, ValueError, OSError, RelayError) as err:
+        return _fail(str(err))
+    print(f"test accuracy {100 * result.test_accuracy:.2f}% on {result.settings['test_images']} "
+          f"images; wrote {weights} and {note}")
+    return 0
+
+
 # --- fuzz ----------------------------------------------------------------------------------
 
 def _configure_fuzz(parser: argparse.ArgumentParser) -> None:
@@ -463,6 +498,8 @@ COMMANDS: dict[str, Command] = {
                 _configure_bench, _run_bench),
         Command("reproduce", "run one of the paper's experiments and write its table and figure",
                 _configure_reproduce, _run_reproduce),
+        Command("train-digits", "train the zoo's digits CNN with the project's Gradient pass and "
+                "save its weights", _configure_train_digits, _run_train_digits),
         Command("fuzz", "check random programs on every executor against the interpreter "
                 "(or --replay a saved one)", _configure_fuzz, _run_fuzz),
     )

@@ -3,10 +3,20 @@
 
 * :func:`composability` (``experiments/composability.py``): the speedup from enabling Relay's
   optimization passes one after another, on the paper's vision workloads.
+* :func:`train_digits` (``experiments/digits.py``): trains the zoo's digits CNN on scikit-learn's
+  handwritten digits with the project's Gradient pass; ``relaybench train-digits``.
 """
 
 from .composability import (CONFIGURATIONS, PASS_ORDER, ComposabilityResult, OutputMismatchError,
                             composability)
 
 __all__ = ["composability", "ComposabilityResult", "OutputMismatchError", "CONFIGURATIONS",
-           "PASS_ORDER"]
+           "PASS_ORDER", "train_digits", "DigitsTrainingResult"]
+
+
+def __getattr__(name: str):
+    # digits.py is loaded on first use, so `python -m relaybench.experiments.digits` runs it fresh
+    if name in ("train_digits", "DigitsTrainingResult"):
+        from . import digits
+        return getattr(digits, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
