@@ -107,6 +107,9 @@ KNOBS: Mapping[str, Knob] = _table(
     Knob("RB_KERNEL_CACHE_SIZE", "int", 512,
          "compiled kernel modules kept loaded in memory; beyond it the least recently used are "
          "freed once no kernel uses them (the disk cache keeps them all)", minimum=0),
+    Knob("RB_X86_INT8", "str", "auto",
+         "how LLVM kernels compute int8 dot products: auto (the best the host's features "
+         "allow), vnni (vpdpbusd), avx512bw or avx2 (vpmaddwd on widened pairs), generic"),
 )
 
 

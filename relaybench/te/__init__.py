@@ -2,9 +2,9 @@
 
 A kernel is described as tensor expressions (:func:`placeholder`, :func:`compute`, reductions
 over :func:`reduce_axis`), scheduled (:func:`create_schedule`: split, reorder, fuse, vectorize,
-parallel, unroll, compute_inline, compute_at, cache_write) and lowered (:func:`lower`) to a
-:class:`~relaybench.te.loop_ir.PrimFunc` that every code generator reads, and that
-:func:`evaluate` runs on numpy arrays as the reference.
+parallel, unroll, tensorize, compute_inline, compute_at, cache_write) and lowered
+(:func:`lower`) to a :class:`~relaybench.te.loop_ir.PrimFunc` that every code generator reads, and
+that :func:`evaluate` runs on numpy arrays as the reference.
 
 >>> import numpy as np
 >>> from relaybench import te

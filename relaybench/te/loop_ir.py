@@ -3,7 +3,8 @@
 A kernel is a :class:`PrimFunc`: a name, its parameter buffers and a statement body built from
 ``For`` loops (each with its kind: serial, parallel, vectorized, unrolled), ``Store``, ``LetStmt``,
 ``IfThenElse``, ``SeqStmt`` and ``Allocate``. Nodes are frozen dataclasses compared by identity
-(a ``Var`` is a key in a dict by identity, as in TVM); ``print(func)`` shows the nested loops, and
+(a ``Var`` is a key in a dict by identity, as in TVM); a short reduction a schedule tensorized
+stays one expression, :class:`DotSum`; ``print(func)`` shows the nested loops, and
 :func:`evaluate` runs a function on numpy arrays, one scalar at a time, as the reference that every
 code generator is checked against.
 
@@ -44,12 +45,13 @@ from relaybench.errors import CompileError, ExecutionError
 
 __all__ = [
     "Buffer", "Expr", "IntImm", "FloatImm", "Var", "Binary", "Unary", "Select", "Cast", "Load",
-    "Call", "Stmt", "For", "Store", "LetStmt", "IfThenElse", "SeqStmt", "Allocate", "PrimFunc",
+    "Call", "DotSum", "Stmt", "For", "Store", "LetStmt", "IfThenElse", "SeqStmt", "Allocate",
+    "PrimFunc",
     "const", "convert", "min_expr", "max_expr", "select", "logical_and", "logical_or",
     "logical_not", "equal", "not_equal", "call", "cast", "substitute", "map_children",
     "SHIFT_OPS",
     "evaluate", "to_text", "LOOP_KINDS", "THREAD_TAGS", "SCOPES", "Barrier", "INTRINSICS",
-    "seq",
+    "seq", "dot_sum",
 ]
 
 THREAD_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y",
@@ -310,6 +312,57 @@ class Call(Expr):
     name: str
     args: tuple
     dtype: str
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class DotSum(Expr):
+    """``sum(a * b for var in range(extent))`` in ``dtype``: a short reduction kept as one
+    expression, what a schedule's ``tensorize`` leaves of its innermost reduce loop.
+
+    ``a`` and ``b`` are integer expressions (each typically a widening cast of a load) in which
+    ``var`` stands for the reduction's step; the products and the sum are exact in ``dtype``
+    (wrapping as the loop it replaces would). A code generator may compute it with one
+    dot-product instruction (x86's ``vpdpbusd`` sums four ``u8 x s8`` products per ``int32``
+    lane) when the operands' layout allows, or as the unrolled sum otherwise.
+
+    >>> A = Buffer("A", (8,), "int8")
+    >>> i, k = Var("i"), Var("k")
+    >>> print(dot_sum(k, 4, cast("int32", Load(A, (i * 4 + k,))),
+    ...               cast("int32", Load(A, (k,)))))
+    dot_sum(k < 4: int32(A[i * 4 + k]) * int32(A[k]))
+    """
+
+    var: Var
+    extent: int
+    a: Expr
+    b: Expr
+    dtype: str
+
+    def __post_init__(self):
+        object.__setattr__(self, "extent", int(self.extent))
+        if self.extent < 1:
+            raise CompileError(f"dot_sum over {self.var.name}: extent {self.extent} < 1")
+        if not (_is_int(self.a.dtype) and self.a.dtype == self.b.dtype == self.dtype):
+            raise CompileError(f"dot_sum over {self.var.name}: operands {self.a.dtype} and "
+                               f"{self.b.dtype} must both be the integer dtype {self.dtype}")
+
+    def __repr__(self):
+        return f"DotSum({self.var.name} < {self.extent}: {self.a!r} * {self.b!r})"
+
+    def unrolled(self) -> Expr:
+        """The same value as plain arithmetic: the products for each step, summed in order."""
+        total = None
+        for step in range(self.extent):
+            where = {self.var: IntImm(step, self.var.dtype)}
+            term = substitute(self.a, where) * substitute(self.b, where)
+            total = term if total is None else total + term
+        return total
+
+
+def dot_sum(var: Var, extent: int, a, b) -> DotSum:
+    """``sum(a * b for var in range(extent))`` as one :class:`DotSum` node, in ``a``'s dtype."""
+    a, b = convert(a), convert(b)
+    return DotSum(var, extent, a, b, a.dtype)
 
 
 def _check_indices(buffer: Buffer, indices: tuple, what: str):
@@ -729,6 +782,10 @@ def _expr_text(e: Expr) -> tuple[str, int]:
         return f"{e.buffer.name}[{_index_text(e.indices)}]", 9
     if isinstance(e, Call):
         return f"{e.name}({', '.join(_expr_text(a)[0] for a in e.args)})", 9
+    if isinstance(e, DotSum):
+        factors = [_expr_text(x) for x in (e.a, e.b)]
+        left, right = [t if p >= 7 else f"({t})" for t, p in factors]
+        return f"dot_sum({e.var.name} < {e.extent}: {left} * {right})", 9
     printer = getattr(e, "text", None)  # expression nodes defined by other layers (te)
     if printer is not None:
         return printer(lambda x: _expr_text(x)[0]), 9
@@ -818,6 +875,9 @@ def _shift(op: str, dtype: str):
     return lambda a, b: ufunc(kind(a), kind(b))
 
 
+_UNBOUND = object()
+
+
 class _Evaluator:
     """Runs loop IR one scalar at a time; ``arrays`` maps each Buffer to its numpy array."""
 
@@ -829,7 +889,7 @@ class _Evaluator:
         self.expr_table = {
             IntImm: self._imm, FloatImm: self._imm, Var: self._var, Binary: self._binary,
             Unary: self._unary, Select: self._select, Cast: self._cast, Load: self._load,
-            Call: self._call,
+            Call: self._call, DotSum: self._dot_sum,
         }
         self.stmt_table = {
             For: self._for, Store: self._store, LetStmt: self._let, IfThenElse: self._if,
@@ -911,6 +971,19 @@ class _Evaluator:
     def _call(self, e):
         args = [self.expr(a) for a in e.args]
         return _as_dtype(INTRINSICS[e.name](*args), e.dtype)
+
+    def _dot_sum(self, e):
+        saved = self.env.get(e.var, _UNBOUND)
+        total = _as_dtype(0, e.dtype)
+        for step in range(e.extent):
+            self.env[e.var] = step
+            product = _as_dtype(_ARITH["*"](self.expr(e.a), self.expr(e.b)), e.dtype)
+            total = _as_dtype(total + product, e.dtype)
+        if saved is _UNBOUND:
+            del self.env[e.var]
+        else:
+            self.env[e.var] = saved
+        return total
 
     # statements
     def stmt(self, s):

@@ -197,8 +197,11 @@ class _Lowering:
         if not isinstance(body, Reduce):
             return self.nest(kinds, leaves, self.guard(guards, Store(buffer, index, value)),
                              inserts)
+        if any(kinds.get(leaf) == "tensorized" for leaf in leaves):
+            leaves, value = self.tensorized(op, leaves, value, kinds)
         update = Store(buffer, index, _COMBINE[body.combiner](Load(buffer, index), value))
-        first_reduce = next(p for p, leaf in enumerate(leaves) if leaf.iter_kind == "reduce")
+        first_reduce = next((p for p, leaf in enumerate(leaves) if leaf.iter_kind == "reduce"),
+                            len(leaves))
         outer, inner = leaves[:first_reduce], leaves[first_reduce:]
         init = Store(buffer, index, body.init)
         data_guards = [g for g in guards if g[0] == "data"]
@@ -206,6 +209,22 @@ class _Lowering:
                               self.guard(data_guards, init), {})
         update_nest = self.nest(kinds, inner, self.guard(guards, update), inserts)
         return self.nest(kinds, outer, seq(init_nest, update_nest), inserts)
+
+    def tensorized(self, op: ComputeOp, leaves, value, kinds):
+        """The leaves without the tensorized (innermost reduce) loop, and the reduction's
+        source as one :class:`~relaybench.te.loop_ir.DotSum` over it."""
+        where = f"lower {self.name}: tensorize of {op.name}"
+        axis = leaves[-1]
+        if kinds.get(axis) != "tensorized":
+            axis = next(leaf for leaf in leaves if kinds.get(leaf) == "tensorized")
+            raise CompileError(f"{where}: {axis.name} must be the innermost loop (it is inside "
+                               f"{leaves[-1].name})")
+        if op.body.combiner != "sum":
+            raise CompileError(f"{where}: dot_sum needs a sum, not a {op.body.combiner}")
+        if not (isinstance(value, Binary) and value.op == "*"):
+            raise CompileError(f"{where}: dot_sum needs a product as the summed value, got "
+                               f"{loop_ir.to_text(value)}")
+        return leaves[:-1], loop_ir.dot_sum(axis, axis.extent, value.a, value.b)
 
     # ---- compute_at
     def attached_nests(self, consumer: Stage, leaves, value):

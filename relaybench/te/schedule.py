@@ -133,6 +133,23 @@ class Stage:
                                f"{kind} (each iteration updates the same element)")
         self.kinds[axis] = kind
 
+    def tensorize(self, axis: IterVar, intrinsic: str = "dot_sum"):
+        """Keep the reduce loop ``axis`` as one expression instead of a loop, for a code
+        generator to map onto a dot-product instruction. The one intrinsic is ``"dot_sum"``:
+        ``axis`` must be the stage's innermost loop and its reduction a sum of products; the
+        update becomes ``acc + dot_sum(axis < extent: a * b)``
+        (:class:`~relaybench.te.loop_ir.DotSum`), which x86 computes with ``vpdpbusd`` when
+        ``axis`` steps through 4 consecutive int8 values of both operands."""
+        self._check_compute("tensorize")
+        self._position(axis, "tensorize")
+        if intrinsic != "dot_sum":
+            raise CompileError(f"stage {self.op.name}: tensorize {axis.name}: unknown intrinsic "
+                               f"{intrinsic!r}; known: dot_sum")
+        if axis.iter_kind != "reduce":
+            raise CompileError(f"stage {self.op.name}: tensorize {axis.name}: dot_sum replaces "
+                               "a reduce loop, and this is a data axis")
+        self.kinds[axis] = "tensorized"
+
     def vectorize(self, axis: IterVar):
         """Mark ``axis`` vectorized."""
         self._annotate(axis, "vectorized")

@@ -63,6 +63,18 @@ How each construct is lowered:
   for full accuracy; ``fmod`` is LLVM's ``frem`` (C's ``fmod``, exact); ``sigmoid`` is
   ``1 / (1 + exp(-x))`` and ``rsqrt`` is ``1 / sqrt(x)``.
 * ``bool`` values are ``i1`` in registers and one byte in memory, as in numpy.
+* ``dot_sum`` (:class:`~relaybench.te.loop_ir.DotSum`, left by a schedule's ``tensorize``) of
+  four int8/uint8 products into int32, in a vector loop of 4, 8 or 16 lanes, each operand a
+  widened load whose four steps are consecutive bytes and whose lanes are either the same
+  (broadcast), the next four bytes (packed) or the next byte (blocks of the four steps, one
+  shuffle), is one instruction per vector on the path ``RB_X86_INT8`` names or the host's
+  features allow (:func:`.jit.int8_path`, part of every cache key): ``vpdpbusd`` (``u8 x s8``;
+  ``s8 x s8`` as ``(a + 128) x b - 128 x b``, both exact, the correction shared by every
+  accumulator reading the same ``b``; ``acc + dot_sum`` accumulates in the instruction), or
+  both operands widened to int16 and multiplied in pairs by ``vpmaddwd`` (512-bit on
+  AVX-512BW, 256-bit on AVX2) and the pairs added: no ``vpmaddubsw``, whose int16 pair sums
+  saturate (``255 * 127 * 2`` does not fit). Anything else, and the ``generic`` path, is the
+  sum unrolled into widening multiplies and adds.
 
 Buffers are assumed not to overlap (``noalias``): passing one array as two arguments is not
 supported.
@@ -95,7 +107,7 @@ import numpy as np
 
 from ...errors import CompileError
 from ...te import loop_ir as L
-from .jit import compile_module, host_target, prefer_vector_width
+from .jit import compile_module, host_target, int8_path, prefer_vector_width
 from .runtime import Kernel, PhasedKernel, Phase, TensorSpec
 
 __all__ = ["build_kernel", "CompiledKernel", "STACK_LIMIT_BYTES", "UNROLL_LIMIT",
@@ -367,6 +379,16 @@ class _VectorLoop:
         self.varying = {loop.var}
         self._memo: dict = {}
 
+    @classmethod
+    def probe(cls, var) -> "_VectorLoop":
+        """An analysis of how expressions move with ``var`` alone (a step of a ``dot_sum``),
+        for :meth:`coefficient` and :meth:`flat_coefficient`."""
+        self = cls.__new__(cls)
+        self.loop, self.var, self.begin, self.lanes = None, var, 0, 1
+        self.varying = {var}
+        self._memo = {}
+        return self
+
     def depends(self, expr) -> bool:
         """Whether ``expr`` differs from lane to lane."""
         memo = self._memo
@@ -510,6 +532,7 @@ class _FunctionBuilder:
         self.module = module
         self.i64 = ir.IntType(64)
         self.vectorize_wide = host_target().has_avx512
+        self.int8_path = int8_path()
         self.parallel_loop = None
         self.body = func.body if body is None else body
         params = tuple(func.params if params is None else params)
@@ -540,6 +563,7 @@ class _FunctionBuilder:
             L.IntImm: self._int, L.FloatImm: self._float, L.Var: self._var,
             L.Binary: self._binary, L.Unary: self._unary, L.Select: self._select,
             L.Cast: self._cast, L.Load: self._load, L.Call: self._call,
+            L.DotSum: self._dot_sum,
         }
         self.stmt_table = {
             L.For: self._for, L.Store: self._store, L.LetStmt: self._let,
@@ -597,6 +621,8 @@ class _FunctionBuilder:
         b = self.b
         op = e.op
         dtype = e.a.dtype
+        if op == "+" and isinstance(e.b, L.DotSum) and self.vector is not None:
+            return self._dot_sum(e.b, accumulator=e.a)   # acc + dot_sum: accumulate in place
         if (op in ("+", "-") and _is_float(dtype) and (self.fusible(e.a) or self.fusible(e.b))
                 and self.vector is not None and self.vector.depends(e)
                 and e not in self.exact):
@@ -1021,6 +1047,167 @@ class _FunctionBuilder:
             return b.fdiv(one, b.fadd(one, exp))
         raise CompileError(f"{self.where()}: no LLVM lowering for intrinsic {e.name}")
 
+    # ---------------------------------------------------------------- int8 dot products
+
+    def _dot_sum(self, e, accumulator=None):
+        """``[accumulator +] dot_sum(...)``: one dot-product instruction per vector where the
+        path and the operands allow (see the module's text), else the unrolled sum."""
+        plan = self._dot_plan(e) if self.int8_path != "generic" else None
+        if plan is None:
+            total = self.expr(e.unrolled())
+            if accumulator is None:
+                return total
+            return self.b.add(*self.match(self.expr(accumulator), total))
+        acc = None if accumulator is None else self.expr(accumulator)
+        lanes = self.vector.lanes
+        if acc is not None and _lanes(acc) is None:
+            acc = self.splat(acc, lanes)
+        signed = [p[1] for p in plan]
+        if self.int8_path == "vnni" and signed != [False, False]:
+            return self._vpdpbusd(e, acc, plan, lanes)
+        a, b = (self._dot_operand(e, operand) for operand in plan)
+        return self._pmaddwd(acc, a, b, signed, lanes)
+
+    def _dot_plan(self, e):
+        """Per operand ``(load, signed, pattern)`` when ``e`` maps onto the int8 instructions:
+        4 steps, int32, in a vector loop of 4, 8 or 16 lanes; each operand a widened int8 or
+        uint8 load, its steps consecutive bytes and its lanes ``"broadcast"`` (the same bytes),
+        ``"packed"`` (the next 4 bytes) or ``"transposed"`` (the next byte; the steps ``lanes``
+        bytes apart). None otherwise."""
+        vector = self.vector
+        if (vector is None or e.extent != 4 or e.dtype != "int32"
+                or vector.lanes not in (4, 8, 16)):
+            return None
+        if self.int8_path == "avx512bw" and vector.lanes == 4:
+            return None   # 16 int16 values: a 256-bit multiply, the avx2 path's
+        step = _VectorLoop.probe(e.var)
+        plan = []
+        for operand in (e.a, e.b):
+            if not (isinstance(operand, L.Cast) and isinstance(operand.value, L.Load)):
+                return None
+            load = operand.value
+            if load.buffer.dtype not in ("int8", "uint8") or load.dtype != load.buffer.dtype:
+                return None
+            if self.speculative and not self.in_bounds(load.buffer, load.indices):
+                return None
+            along = step.flat_coefficient(load.buffer, load.indices)
+            across = vector.flat_coefficient(load.buffer, load.indices)
+            if across == 0 and along == 1:
+                pattern = "broadcast"
+            elif across == 4 and along == 1:
+                pattern = "packed"
+            elif across == 1 and along == vector.lanes:
+                pattern = "transposed"
+            else:
+                return None
+            plan.append((load, load.buffer.dtype == "int8", pattern))
+        return plan
+
+    def _dot_operand(self, e, operand, flip: bool = False):
+        """An operand's ``lanes x 4`` bytes as ``<lanes*4 x i8>``, lane by lane, each lane's
+        four steps in order: read with the lane variable at its first value and the step at 0.
+        ``flip`` toggles each byte's top bit (``s8 + 128`` as ``u8``), on the four-byte word
+        before it is broadcast (LLVM 22's x86 code generator loops forever on a byte ``xor``
+        of a broadcast word whose constant it has partly made poison)."""
+        ir, b = self.ir, self.b
+        load, _, pattern = operand
+        vector = self.vector
+        lanes = vector.lanes
+        saved = self.env[vector.var]
+        self.env[vector.var] = self.convert(ir.Constant(self.i64, vector.begin), "int64",
+                                            vector.var.dtype)
+        self.env[e.var] = self.convert(ir.Constant(self.i64, 0), "int64", e.var.dtype)
+        try:
+            address = self._address(load.buffer, load.indices)
+        finally:
+            self.env[vector.var] = saved
+            del self.env[e.var]
+        bytes_type = ir.VectorType(ir.IntType(8), lanes * 4)
+        if pattern == "broadcast":
+            word = b.load(b.bitcast(address, ir.PointerType(ir.IntType(32))), align=1)
+            if flip:
+                word = b.xor(word, ir.Constant(ir.IntType(32), 0x80808080))
+            return b.bitcast(self.splat(word, lanes), bytes_type)
+        block = b.load(b.bitcast(address, ir.PointerType(bytes_type)), align=1)
+        if pattern == "transposed":
+            order = [k * lanes + lane for lane in range(lanes) for k in range(4)]
+            block = b.shuffle_vector(block, ir.Constant(bytes_type, ir.Undefined), ir.Constant(
+                ir.VectorType(ir.IntType(32), lanes * 4), order))
+        if flip:
+            block = b.xor(block, ir.Constant(bytes_type, [0x80] * (lanes * 4)))
+        return block
+
+    def _x86_intrinsic(self, name, result, args):
+        fn = self.module.globals.get(name)
+        if fn is None:
+            fn = self.ir.Function(self.module, self.ir.FunctionType(
+                result, [a.type for a in args]), name)
+        return self.b.call(fn, args)
+
+    def _vpdpbusd(self, e, acc, plan, lanes):
+        """``acc + dot(a, b)`` with AVX-512 VNNI's ``u8 x s8`` instruction. ``s8 x u8`` is
+        swapped; ``s8 x s8`` flips the sign bit of one operand (``a + 128`` as u8, preferably
+        the broadcast one) and subtracts ``128 x`` the other's four-byte sums, computed by the
+        same instruction from a vector of 128s (the same for every accumulator that reads the
+        same bytes, so LLVM computes it once per weight vector in a register tile)."""
+        ir, builder = self.ir, self.b
+        i32v = ir.VectorType(ir.IntType(32), lanes)
+        name = f"llvm.x86.avx512.vpdpbusd.{lanes * 32}"
+        zero = ir.Constant(i32v, None)
+        if acc is None:
+            acc = zero
+        first, second = plan
+        if first[1] and not second[1]:           # s8 x u8: the unsigned one goes first
+            first, second = second, first
+        elif first[1] and second[1]:             # s8 x s8: flip the broadcast one if any
+            if second[2] == "broadcast" and first[2] != "broadcast":
+                first, second = second, first
+            b = self._dot_operand(e, second)
+            bias = ir.Constant(ir.VectorType(ir.IntType(8), lanes * 4), [0x80] * (lanes * 4))
+            correction = self._x86_intrinsic(name, i32v, [zero, bias, b])
+            a = self._dot_operand(e, first, flip=True)
+            return self._x86_intrinsic(name, i32v, [builder.sub(acc, correction), a, b])
+        a, b = self._dot_operand(e, first), self._dot_operand(e, second)
+        return self._x86_intrinsic(name, i32v, [acc, a, b])
+
+    def _pmaddwd(self, acc, a, b, signed, lanes):
+        """``acc + dot(a, b)`` with both operands widened to int16 and multiplied in pairs by
+        ``vpmaddwd`` (exact: a pair of 8-bit products sums to at most ``2 * 255 * 255``), on
+        512-bit registers (avx512bw) or 256-bit ones (avx2), then each lane's two pair sums
+        added. (Reordering the bytes so that each instruction yields whole lanes' halves, to
+        skip the even/odd shuffles of the results, measured slower: the broadcast operand then
+        needs a word shuffle per accumulator.)"""
+        ir, builder = self.ir, self.b
+        width = lanes * 4
+        wide = ir.VectorType(ir.IntType(16), width)
+        a = builder.sext(a, wide) if signed[0] else builder.zext(a, wide)
+        b = builder.sext(b, wide) if signed[1] else builder.zext(b, wide)
+        chunk = 32 if self.int8_path == "avx512bw" else 16
+        name = "llvm.x86.avx512.pmaddw.d.512" if chunk == 32 else "llvm.x86.avx2.pmadd.wd"
+        chunk_type = ir.VectorType(ir.IntType(32), chunk // 2)
+        undefined = ir.Constant(wide, ir.Undefined)
+        pairs = []
+        for start in range(0, width, chunk):
+            mask = ir.Constant(ir.VectorType(ir.IntType(32), chunk),
+                               list(range(start, start + chunk)))
+            pairs.append(self._x86_intrinsic(name, chunk_type, [
+                builder.shuffle_vector(a, undefined, mask),
+                builder.shuffle_vector(b, undefined, mask)]))
+        while len(pairs) > 1:   # concatenate, in order
+            joined = []
+            for first, second in zip(pairs[0::2], pairs[1::2]):
+                count = _lanes(first) * 2
+                joined.append(builder.shuffle_vector(first, second, ir.Constant(
+                    ir.VectorType(ir.IntType(32), count), list(range(count)))))
+            pairs = joined
+        sums = pairs[0]   # <2*lanes x i32>: lane l's pair sums at 2l and 2l + 1
+        undefined = ir.Constant(sums.type, ir.Undefined)
+        even, odd = (builder.shuffle_vector(sums, undefined, ir.Constant(
+            ir.VectorType(ir.IntType(32), lanes), list(range(first, 2 * lanes, 2))))
+            for first in (0, 1))
+        total = builder.add(even, odd)
+        return total if acc is None else builder.add(acc, total)
+
     # ---------------------------------------------------------------- statements
 
     def stmt(self, s):
@@ -1338,7 +1525,7 @@ def build_kernel(func: L.PrimFunc, parallel: bool = True, *,
     shape = "phases" if phases is not None else (
         f"parallel={builders[0].parallel_loop is not None}")
     key_text = (f"{_CODEGEN_VERSION}\n{shape}\nwide={builders[0].vectorize_wide}\n"
-                f"{loops_text}")
+                f"int8={builders[0].int8_path}\n{loops_text}")
     compiled = compile_module(module, key=key_text, name=func.name, cache=cache)
     stored = _stored_buffers(func.body)
     specs = [TensorSpec(b.name, b.shape, b.dtype, output=b in stored) for b in func.params]

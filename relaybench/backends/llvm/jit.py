@@ -57,7 +57,7 @@ from ...errors import CompileError
 from .cache import CacheEntry, KernelCache, cache_key
 
 __all__ = ["HostTarget", "JIT", "CompiledModule", "host_target", "get_jit", "compile_module",
-           "prefer_vector_width", "known_cpus"]
+           "prefer_vector_width", "known_cpus", "INT8_PATHS", "int8_path"]
 
 _SOURCE_KINDS = ("llvm", "asm")
 
@@ -107,6 +107,36 @@ class HostTarget:
     @property
     def has_avx512(self) -> bool:
         return "+avx512f" in self.features.split(",")
+
+
+#: The ways an int8 dot product (four ``8-bit x 8-bit`` products summed into an ``int32``
+#: lane, :class:`~relaybench.te.loop_ir.DotSum`) can be computed, best first, with the host
+#: features each needs: AVX-512 VNNI's ``vpdpbusd`` (``u8 x s8``; 256- and 128-bit forms need
+#: AVX-512VL), the operands widened to int16 and multiplied in pairs by ``vpmaddwd`` on 512-bit
+#: (AVX-512BW) or 256-bit (AVX2) registers, or plain widening multiplies and adds.
+INT8_PATHS = {
+    "vnni": ("+avx512vnni", "+avx512bw", "+avx512vl"),
+    "avx512bw": ("+avx512bw",),
+    "avx2": ("+avx2",),
+    "generic": (),
+}
+
+
+def int8_path() -> str:
+    """The int8 dot-product path kernels compiled now use: ``RB_X86_INT8`` when it names one
+    (the host must have its features), else (``auto``) the best the host's features allow.
+    Chosen from the features LLVM reports for the host, never from the CPU's name."""
+    choice = config.get("RB_X86_INT8").lower()
+    features = set(host_target().features.split(","))
+    if choice == "auto":
+        return next(path for path, needs in INT8_PATHS.items() if features.issuperset(needs))
+    if choice not in INT8_PATHS:
+        raise CompileError(f"RB_X86_INT8={choice!r}: expected auto or one of "
+                           f"{', '.join(INT8_PATHS)}")
+    missing = sorted(set(INT8_PATHS[choice]) - features)
+    if missing:
+        raise CompileError(f"RB_X86_INT8={choice}: this host's CPU lacks {', '.join(missing)}")
+    return choice
 
 
 _host: HostTarget | None = None

@@ -22,6 +22,20 @@ Rules, by the group's anchor (the call with the highest pattern kind):
 ``dense``
     ``nn.dense``: per output element, 16-lane partial sums over the reduction in a register
     (contiguous vector loads of both operands), summed at the end; parallel over the features.
+
+**int8.** A ``conv2d_NCHWc`` or ``dense`` of int8/uint8 operands into int32 (what
+quantization realizes) takes its reduction four values at a time: the innermost reduce loop,
+of 4 consecutive input channels (conv: the channel lane split ``rcio x rcii``, so the block
+must be a multiple of 4) or of 4 consecutive ``k`` per vector lane (dense: lane ``l`` of block
+``ko`` sums ``k = 4 * (lanes * ko + l) + 0..3``), is tensorized
+(:meth:`~relaybench.te.Stage.tensorize`) into a ``dot_sum`` inside the vectorized lane loop,
+which the LLVM code generator computes with one ``vpdpbusd`` per vector (AVX-512 VNNI), or
+``vpmaddwd`` on int16 pairs (AVX-512BW, AVX2), or plain widening arithmetic, as
+``RB_X86_INT8`` or the host's features choose (:func:`relaybench.backends.llvm.jit.int8_path`).
+The layouts are the float ones (``NCHW{x}c``, ``OIHW{x}i{y}o``): a weight vector holds the
+4 input channels of the 16 output lanes as 4 rows of 16 bytes, which one byte shuffle turns
+into lanes of 4 (shared by the whole register tile). Other int8 shapes (a channel block or a
+reduction not a multiple of 4) keep the rules above with widening multiplies.
 ``reduce_tiled``
     a reduction anchoring its group (pooling, global pooling...) whose innermost data axis is a
     lane block: accumulated in a vector register per output position, the outer axes parallel.
@@ -32,6 +46,10 @@ Rules, by the group's anchor (the call with the highest pattern kind):
     elementwise, broadcast and injective groups: the innermost axis split into vector lanes
     (vectorized) when it divides, the axis above kept as a row loop, the rest fused into one
     parallel loop.
+
+**Legalize.** On the vnni path, int8 x int8 convolutions and dense layers are rewritten to
+uint8 data (``+ 128``) minus ``128 x`` the weights' sums (:func:`legalize_int8_conv2d`), so the
+kernels use ``vpdpbusd`` directly.
 
 **Layouts.** Importing this module registers the llvm target's ``FTVMAlterOpLayout`` of
 ``nn.conv2d``, :func:`relaybench.passes.alter_op_layout.x86_conv2d_layouts`, which puts
@@ -59,7 +77,7 @@ import numpy as np
 
 from ... import te
 from ...op._compute import _operand, padded, shape_of
-from ...op.registry import register_alter_op_layout
+from ...op.registry import register_alter_op_layout, register_legalize
 from ...passes.alter_op_layout import x86_conv2d_layouts
 from ...te.tensor import ComputeOp
 
@@ -69,6 +87,70 @@ __all__ = ["compute", "schedule", "VECTOR_BYTES", "PARALLEL_MIN_WORK"]
 # schedules (``conv2d_NCHWc``). Registered at level 0, the library's own level, which no scope
 # undoes; a user's registration at a higher level replaces it.
 register_alter_op_layout("nn.conv2d", x86_conv2d_layouts, level=0, target="llvm")
+
+
+def _vnni_applies(data_type, weight_type, out_type) -> bool:
+    """An int8 x int8 -> int32 call on a host (or ``RB_X86_INT8``) computing with vpdpbusd."""
+    from ..llvm.jit import int8_path
+    return (str(data_type.dtype) == "int8" and str(weight_type.dtype) == "int8"
+            and str(out_type.dtype) == "int32" and int8_path() == "vnni")
+
+
+def _shifted_to_uint8(data):
+    """``data + 128`` as uint8 (int8 ``v`` becomes ``v + 128``, exactly)."""
+    from ... import op
+    from ...ir.builder import const
+    return op.cast(op.add(op.cast(data, dtype="int32"), const(128, "int32")), dtype="uint8")
+
+
+def legalize_int8_conv2d(attrs, inputs, types):
+    """x86's ``FTVMLegalize`` of ``nn.conv2d``: int8 data x int8 weights into int32 becomes
+    ``conv2d(data + 128 as uint8, weights) - 128 * sum(weights)`` per output channel (Relay's
+    x86 int8 legalization), so that VNNI's ``u8 x s8`` ``vpdpbusd`` applies with no correction
+    inside the kernel; the correction folds to a constant when the weights are. The padding is
+    made explicit first, with 128 (the shifted zero). Only NCHW/OIHW convolutions of one group
+    whose input channels are a multiple of 4 (the ``dot_sum`` rule), and only on the vnni path.
+    """
+    from ... import op
+    from ...ir.builder import const
+    data_type, weight_type, out_type = types
+    if not _vnni_applies(data_type, weight_type, out_type):
+        return None
+    if (attrs["data_layout"] != "NCHW" or attrs["kernel_layout"] != "OIHW"
+            or attrs["out_layout"] not in ("", "NCHW") or attrs["groups"] != 1
+            or not data_type.is_static or int(data_type.shape[1]) % 4):
+        return None
+    data, weight = inputs
+    shifted = _shifted_to_uint8(data)
+    top, left, bottom, right = (int(p) for p in attrs["padding"])
+    if top or left or bottom or right:
+        shifted = op.nn.pad(shifted, const(128, "uint8"),
+                            pad_width=((0, 0), (0, 0), (top, bottom), (left, right)))
+    conv = op.nn.conv2d(shifted, weight, **dict(attrs, padding=(0, 0, 0, 0)))
+    sums = op.sum(op.cast(weight, dtype="int32"), axis=(1, 2, 3))
+    correction = op.reshape(op.multiply(sums, const(128, "int32")), newshape=(1, -1, 1, 1))
+    return op.subtract(conv, correction)
+
+
+def legalize_int8_dense(attrs, inputs, types):
+    """x86's ``FTVMLegalize`` of ``nn.dense``: int8 x int8 into int32 becomes
+    ``dense(data + 128 as uint8, weights) - 128 * sum(weights, axis=1)`` on the vnni path
+    (see :func:`legalize_int8_conv2d`), when the reduction is a multiple of 16 (the
+    ``dot_sum`` rule)."""
+    from ... import op
+    from ...ir.builder import const
+    data_type, weight_type, out_type = types
+    if not _vnni_applies(data_type, weight_type, out_type) or not weight_type.is_static \
+            or int(weight_type.shape[-1]) % 16:
+        return None
+    data, weight = inputs
+    dense = op.nn.dense(_shifted_to_uint8(data), weight, **dict(attrs))
+    sums = op.sum(op.cast(weight, dtype="int32"), axis=(1,))
+    return op.subtract(dense, op.multiply(sums, const(128, "int32")))
+
+
+register_legalize("nn.conv2d", legalize_int8_conv2d, level=0, target="llvm")
+register_legalize("nn.dense", legalize_int8_dense, level=0, target="llvm")
 
 VECTOR_BYTES = 64
 """Bytes per vector register (AVX-512)."""
@@ -165,6 +247,60 @@ def conv2d_nchwc_compute(inputs, attrs, out_type):
     return te.compute(shape_of(out_type), body, name="conv2d_NCHWc")
 
 
+def _int8_dot(call) -> bool:
+    """Whether ``call`` multiplies int8/uint8 operands into an int32 result (the int8 rules)."""
+    dtypes = [str(arg.checked_type.dtype) for arg in call.args[:2]]
+    return (all(d in ("int8", "uint8") for d in dtypes)
+            and str(call.checked_type.dtype) == "int32")
+
+
+def conv2d_nchwc_int8_compute(inputs, attrs, out_type):
+    """conv2d in NCHW{ib}c x OIHW{ib}i{ob}o with int8/uint8 operands into int32: the channel
+    lane ``rci`` split as ``4 * rcio + rcii``, the innermost ``rcii`` for ``dot_sum``."""
+    data, weight = inputs
+    dt = out_type.dtype
+    sh, sw = attrs.strides
+    dh, dw = attrs.dilation
+    oc_blocks, ic_blocks, kh, kw, ib, ob = weight.shape
+    src = _padded_rows_and_columns(data, attrs)
+    rco = te.reduce_axis(ic_blocks, name="rco")
+    ry = te.reduce_axis(kh, name="ry")
+    rx = te.reduce_axis(kw, name="rx")
+    rcio = te.reduce_axis(ib // 4, name="rcio")
+    rcii = te.reduce_axis(4, name="rcii")
+
+    def body(n, oco, oh, ow, oci):
+        channel = rcio * 4 + rcii
+        value = src[n, rco, oh * sh + ry * dh, ow * sw + rx * dw, channel]
+        return te.sum(_operand(value, dt) * _operand(weight[oco, rco, ry, rx, channel, oci], dt),
+                      axis=[rco, ry, rx, rcio, rcii])
+    return te.compute(shape_of(out_type), body, name="conv2d_NCHWc")
+
+
+def dense_int8_compute(inputs, attrs, out_type):
+    """dense of int8/uint8 operands into int32 as ``width``-lane partial sums where lane ``l``
+    of reduction block ``ko`` takes the 4 consecutive ``k`` from ``4 * (width * ko + l)``
+    (both operands read as contiguous vectors of ``4 * width`` bytes), then their sum; None
+    when the reduction is not a multiple of 16."""
+    x, w = inputs
+    dt = out_type.dtype
+    k_total = x.shape[-1]
+    width = next((n for n in (16, 8, 4) if k_total % (4 * n) == 0), None)
+    if width is None:
+        return None
+    shape = shape_of(out_type)
+    ko = te.reduce_axis(k_total // (4 * width), name="ko")
+    k4 = te.reduce_axis(4, name="k4")
+
+    def partial_body(*i):
+        k = ko * (4 * width) + i[-1] * 4 + k4
+        return te.sum(_operand(x[i[:-2] + (k,)], dt) * _operand(w[i[-2], k], dt),
+                      axis=[ko, k4])
+    partial = te.compute(shape + (width,), partial_body, name="dense_partial")
+    ki = te.reduce_axis(width, name="ki")
+    return te.compute(shape, lambda *i: te.sum(partial[i + (ki,)], axis=[ki]), name="dense")
+
+
 def dense_compute(inputs, attrs, out_type):
     """dense as 16-lane partial sums over the reduction, then their sum."""
     x, w = inputs
@@ -186,12 +322,21 @@ def compute(call, target):
     """The compute this strategy uses for ``call`` instead of the op's own, or None."""
     kind = _conv_kind(call)
     if kind == "NCHWc":
+        block = int(call.args[1].checked_type.shape[4])
+        if _int8_dot(call) and block % 4 == 0:
+            return conv2d_nchwc_int8_compute
         return conv2d_nchwc_compute
     if kind == "depthwise_NCHWc":
         return depthwise_conv2d_nchwc_compute
     if call.op.name == "nn.dense":
+        int8 = _int8_dot(call)
+
         def dense(inputs, attrs, out_type):
-            out = dense_compute(inputs, attrs, out_type)
+            out = None
+            if int8:
+                out = dense_int8_compute(inputs, attrs, out_type)
+            if out is None:
+                out = dense_compute(inputs, attrs, out_type)
             return out if out is not None else call.op.opdef.compute(inputs, attrs, out_type)
         return dense
     return None
@@ -410,10 +555,13 @@ def _schedule_conv_nchwc(s, group, keep):
     conv_stage = s[local]
     conv_stage.compute_at(out_stage, ow_outer)
     cn, coco, coh, cow, coci = local.axis
-    conv_stage.reorder(cn, coh, *local.reduce_axis, coco, cow, coci)
+    reduce, dot = _dot_axis(local)
+    conv_stage.reorder(cn, coh, *reduce, coco, cow, coci, *dot)
     conv_stage.unroll(coco)
     conv_stage.unroll(cow)
     conv_stage.vectorize(coci)
+    for axis in dot:
+        conv_stage.tensorize(axis)
     if pad is not None and len(local.reduce_axis) == 2 and n.extent == 1:
         # depthwise: the padded rows of one channel block, computed per output row, stay in L1
         # (a whole padded copy would cost a pass over memory for few flops)
@@ -431,12 +579,23 @@ def _schedule_conv_nchwc_simple(s, conv, pad, outputs):
         schedule_injective(s, pad)
     stage = s[conv]
     n, oco, oh, ow, oci = conv.axis
-    stage.reorder(n, oco, oh, ow, *conv.reduce_axis, oci)
+    reduce, dot = _dot_axis(conv)
+    stage.reorder(n, oco, oh, ow, *reduce, oci, *dot)
     stage.vectorize(oci)
+    for axis in dot:
+        stage.tensorize(axis)
     stage.parallel(stage.fuse(stage.fuse(n, oco), oh))
     for out in outputs:
         if out.op is not conv and not s[out].inlined:
             schedule_injective(s, out.op)
+
+
+def _dot_axis(op):
+    """``(other reduce axes, [the int8 rules' 4-step axis])``, or ``(all, [])`` without one."""
+    reduce = list(op.reduce_axis)
+    if reduce and reduce[-1].name in ("rcii", "k4") and reduce[-1].extent == 4:
+        return reduce[:-1], reduce[-1:]
+    return reduce, []
 
 
 def _tile_reduction(s, red, out) -> bool:
@@ -491,8 +650,11 @@ def _schedule_dense(s, group) -> bool:
     stage = s[partial]
     stage.compute_at(out_stage, j)
     pi, pj, lane = partial.axis
-    stage.reorder(pi, pj, *partial.reduce_axis, lane)
+    reduce, dot = _dot_axis(partial)
+    stage.reorder(pi, pj, *reduce, lane, *dot)
     stage.vectorize(lane)
+    for axis in dot:
+        stage.tensorize(axis)
     return True
 
 
