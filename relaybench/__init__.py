@@ -20,6 +20,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "op": ("relaybench.op", None),
     "passes": ("relaybench.passes", None),
+    "quantize": ("relaybench.quantize", None),
     "config": ("relaybench.config", None),
     "PassContext": ("relaybench.passes.infra", "PassContext"),
     "models": ("relaybench.models", None),

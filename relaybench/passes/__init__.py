@@ -48,6 +48,9 @@ def _load_all_passes() -> None:
         if info.name.startswith("_") or info.name in _NOT_PASSES:
             continue
         importlib.import_module(f"{__name__}.{info.name}")
+    # the quantization passes (QuantizeAnnotate, QuantizeCalibrate, QuantizeRealize) live in
+    # relaybench.quantize, with their qconfig
+    importlib.import_module("relaybench.quantize")
 
 
 def __getattr__(name):

@@ -459,8 +459,10 @@ class PassVerificationError(RelayError):
         super().__init__(f"after pass {pass_name}: {problem}")
 
 
-#: passes whose job is to change ``@main``'s type (reverse-mode AD returns the gradients too)
-SIGNATURE_CHANGING_PASSES = frozenset({"Gradient"})
+#: passes whose job is to change ``@main``'s type (reverse-mode AD returns the gradients too;
+#: QuantizeAnnotate adds the scalars of its simulated_quantize calls as parameters, as Relay's
+#: does, and QuantizeCalibrate binds them)
+SIGNATURE_CHANGING_PASSES = frozenset({"Gradient", "QuantizeAnnotate", "QuantizeCalibrate"})
 
 
 class VerifyEach(PassInstrument):

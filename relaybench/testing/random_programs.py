@@ -1446,6 +1446,19 @@ def _gen_stop_fusion(g: _Grower):
     return g.call("annotation.stop_fusion", [g.tensor(lambda v: True)])
 
 
+def _gen_simulated_quantize(g: _Grower):
+    """An exact float32 value quantized to ``nbit`` bits at a power-of-two scale: the division
+    is exact, so the rounding (halves away from zero) sees the same value everywhere."""
+    x = g.tensor(lambda v: v.dtype == "float32" and v.exact, dtype="float32")
+    k = g.int(0, 2)
+    scale = 2.0 ** -k
+    cmax = float(2 ** (g.choice([3, 4, 8]) - 1) - 1)
+    scalars = [Value(Constant(np.asarray(v, dtype="float32")), TensorType((), "float32"), abs(v), 0)
+               for v in (scale, -cmax, cmax)]
+    return g.call("relay.op.annotation.simulated_quantize", [x] + scalars,
+                  {"kind": g.choice([1, 2, 3])}, bound=min(x.bound + scale, cmax * scale), frac=k)
+
+
 # -- more elementwise ops, broadcast_to_like, slice_like, the channel normalizations
 
 def _gen_test(name: str):
@@ -1679,6 +1692,7 @@ OP_GENERATORS: dict = {
     "collapse_sum_like": _gen_collapse_sum("collapse_sum_like"),
     "collapse_sum_to": _gen_collapse_sum("collapse_sum_to"),
     "annotation.stop_fusion": _gen_stop_fusion,
+    "relay.op.annotation.simulated_quantize": _gen_simulated_quantize,
     "isnan": _gen_test("isnan"),
     "isfinite": _gen_test("isfinite"),
     "isinf": _gen_test("isinf"),

@@ -933,6 +933,20 @@ def _identity(name):
     return [Case(name, [((3, 40), dt)]) for dt in (f32, i8, b)]
 
 
+@cases("relay.op.annotation.simulated_quantize")
+def _simulated_quantize(name):
+    def arrays(dt, scale):
+        def make(rng):
+            data = _random(rng, (3, 40), dt) * 3
+            data[0, :4] = (0.25, -0.25, 0.75, -0.75)          # halves at scale 0.5
+            return [data] + [np.asarray(v, "float32") for v in (scale, -7.0, 7.0)]
+        return make
+    scalars = [((), f32)] * 3
+    return [Case(name, [((3, 40), dt)] + scalars, {"kind": kind}, label=f"k{kind}-s{scale}",
+                 arrays=arrays(dt, scale))
+            for dt in FLOATS for kind in (0, 1) for scale in (0.5, 0.3)]
+
+
 @cases("isnan", "isfinite", "isinf")
 def _float_tests(name):
     def arrays(rng):
