@@ -445,15 +445,6 @@ def rewrite_layouts(mod, hooks: dict):
     """``mod`` with the layouts of every function rewritten (see the module docstring); the same
     module object when nothing changed. Functions marked ``Primitive``, ``Compiler`` or
     ``SkipOptimization`` are left alone."""
-    from .infra import typed
-    typed_mod = typed(mod)
-    new, changed = {}, False
-    for gv, func in typed_mod.functions.items():
-        if func.attrs.get("Primitive") or func.attrs.get("Compiler") or func.attrs.get("SkipOptimization"):
-            new[gv] = func
-            continue
-        out = LayoutRewriter(hooks).rewrite_function(func)
-        changed |= out is not func
-        new[gv] = out
-    return typed_mod.with_functions(new) if changed else mod
+    from .infra import rewrite_each_function
+    return rewrite_each_function(mod, lambda func: LayoutRewriter(hooks).rewrite_function(func))
 

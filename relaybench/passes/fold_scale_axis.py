@@ -66,7 +66,7 @@ from ..ir.expr import Call, Constant, Function, Op, expr_children
 from ..ir.functor import FusedAwareMutator, post_order
 from ..ir.layout import Layout
 from ..ir.types import TensorType
-from .infra import Sequential, get_pass, module_pass, register_pass, typed
+from .infra import Sequential, get_pass, module_pass, register_pass, rewrite_each_function
 
 __all__ = ["BackwardFoldScaleAxis", "ForwardFoldScaleAxis", "FoldScaleAxis"]
 
@@ -222,20 +222,6 @@ def _product(factors: list):
     for f in factors[1:]:
         out = _op("multiply", out, f)
     return out
-
-
-def _each_function(mod, rewrite):
-    """Apply ``rewrite(func) -> func`` to every optimizable function; the same module if none changed."""
-    typed_mod = typed(mod)
-    new, changed = {}, False
-    for gv, func in typed_mod.functions.items():
-        if func.attrs.get("Primitive") or func.attrs.get("Compiler") or func.attrs.get("SkipOptimization"):
-            new[gv] = func
-            continue
-        out = rewrite(func)
-        changed |= out is not func
-        new[gv] = out
-    return typed_mod.with_functions(new) if changed else mod
 
 
 def _rebuilt(func, body):
@@ -405,7 +391,7 @@ def BackwardFoldScaleAxis(mod, ctx):
     scaled too), ``nn.bias_add`` and other per-channel multiplications; each value on the way must
     have no other use.
     """
-    return _each_function(mod, lambda func: _Backward(func).run())
+    return rewrite_each_function(mod, lambda func: _Backward(func).run())
 
 
 # =============================================================================================
@@ -544,7 +530,7 @@ def ForwardFoldScaleAxis(mod, ctx):
     (positive scales), additions of a broadcast operand (nonzero scales; the operand is divided)
     and multiplications.
     """
-    return _each_function(mod, lambda func: _Forward(func).run())
+    return rewrite_each_function(mod, lambda func: _Forward(func).run())
 
 
 # =============================================================================================

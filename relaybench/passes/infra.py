@@ -358,6 +358,23 @@ class ModulePass(Pass):
 SKIPPED_FUNCTION_ATTRS = ("Primitive", "Compiler", "Extern", "SkipOptimization")
 
 
+def rewrite_each_function(mod: IRModule, rewrite: Callable) -> IRModule:
+    """``mod`` typed, with ``rewrite(func) -> Function`` applied to each global function a
+    FunctionPass would visit (not Primitive, external or ``SkipOptimization`` ones); the same
+    module object when no function changed. For module passes that rewrite function by function
+    but need the whole module typed first (AlterOpLayout, Legalize, FoldScaleAxis)."""
+    typed_mod = typed(mod)
+    new, changed = {}, False
+    for gv, func in typed_mod.functions.items():
+        if any(func.attrs.get(a) for a in SKIPPED_FUNCTION_ATTRS):
+            new[gv] = func
+            continue
+        out = rewrite(func)
+        changed |= out is not func
+        new[gv] = out
+    return typed_mod.with_functions(new) if changed else mod
+
+
 class FunctionPass(Pass):
     """A pass given by ``fn(func, mod, ctx, **options) -> Function``, applied to each global
     function that is not a Primitive (fused), external or ``SkipOptimization`` one. Returns the

@@ -56,7 +56,7 @@ from ..errors import CompileError
 from ..ir.expr import Call, Expr, Op, Var
 from ..ir.functor import ExprMutator, FusedAwareMutator
 from ..op.registry import get_op_attr, op_attr_registrations
-from .infra import PassContext, module_pass, typed
+from .infra import PassContext, module_pass, rewrite_each_function
 
 __all__ = ["Legalize", "legalize", "current_target", "load_target_policies", "TARGET_CONFIG"]
 
@@ -152,16 +152,7 @@ def legalize(mod, target="llvm"):
     rules = _legalizations(target)
     if not rules:
         return mod
-    typed_mod = typed(mod)
-    new, changed = {}, False
-    for gv, func in typed_mod.functions.items():
-        if func.attrs.get("Primitive") or func.attrs.get("Compiler") or func.attrs.get("SkipOptimization"):
-            new[gv] = func
-            continue
-        out = _Legalizer(rules).visit(func)
-        changed |= out is not func
-        new[gv] = out
-    return typed_mod.with_functions(new) if changed else mod
+    return rewrite_each_function(mod, lambda func: _Legalizer(rules).visit(func))
 
 
 @module_pass(opt_level=1)

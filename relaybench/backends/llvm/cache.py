@@ -31,13 +31,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import struct
-import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from ... import config
+from ..disk_cache import DiskCache
 
 __all__ = ["CacheEntry", "KernelCache", "cache_key"]
 
@@ -103,62 +100,28 @@ class CacheEntry:
         return cls(bytes(payload[meta_end:]), meta["llvm_ir"], dict(meta["symbols"]))
 
 
-class KernelCache:
-    """Entries on disk under ``directory`` (default: ``RB_CACHE_DIR``, read at each use).
+class KernelCache(DiskCache):
+    """Entries on disk under ``directory/llvm`` (default: ``RB_CACHE_DIR``, read at each use).
 
     ``stats`` counts ``hits``, ``misses``, ``stores`` and ``damaged`` (entries found broken and
     removed); ``last_damage`` says what was wrong with the latest one.
     """
 
-    def __init__(self, directory: str | os.PathLike | None = None):
-        self._directory = Path(directory) if directory is not None else None
-        self.stats = {"hits": 0, "misses": 0, "stores": 0, "damaged": 0}
-        self.last_damage: str | None = None
-
-    @property
-    def directory(self) -> Path:
-        base = self._directory if self._directory is not None else config.get("RB_CACHE_DIR")
-        return Path(base) / "llvm"
-
-    def path(self, key: str) -> Path:
-        """The file holding ``key``'s entry (it may not exist)."""
-        return self.directory / f"{key}.rbk"
+    subdir, suffix = "llvm", ".rbk"
 
     def load(self, key: str) -> CacheEntry | None:
         """The entry for ``key``, or None when absent or damaged (a damaged file is removed)."""
-        path = self.path(key)
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            self.stats["misses"] += 1
+        data = self.read(key)
+        if data is None:
             return None
         try:
             entry = CacheEntry.decode(data)
         except (ValueError, KeyError, UnicodeDecodeError, struct.error) as err:
-            self.stats["damaged"] += 1
-            self.stats["misses"] += 1
-            self.last_damage = f"{path}: {err}"
-            try:
-                path.unlink()
-            except FileNotFoundError:  # another process removed or replaced it first
-                pass
+            self.discard(key, str(err))
             return None
         self.stats["hits"] += 1
         return entry
 
     def store(self, key: str, entry: CacheEntry) -> None:
         """Write ``key``'s entry atomically (temporary file, then ``os.replace``)."""
-        directory = self.directory
-        directory.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}.", suffix=".tmp", dir=directory)
-        try:
-            with os.fdopen(fd, "wb") as out:
-                out.write(entry.encode())
-            os.replace(tmp, self.path(key))
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            raise
-        self.stats["stores"] += 1
+        self.write(key, entry.encode())

@@ -26,12 +26,9 @@ b'\\x7fELF binary'
 from __future__ import annotations
 
 import hashlib
-import os
 import struct
-import tempfile
-from pathlib import Path
 
-from ... import config
+from ..disk_cache import DiskCache
 
 __all__ = ["ProgramCache", "program_key"]
 
@@ -60,30 +57,17 @@ def program_key(source: str, options: str, device: str) -> str:
     return digest.hexdigest()
 
 
-class ProgramCache:
-    """Program binaries on disk under ``directory`` (default: ``RB_CACHE_DIR``, read at each
-    use). ``stats`` counts ``hits``, ``misses``, ``stores`` and ``damaged`` entries."""
+class ProgramCache(DiskCache):
+    """Program binaries on disk under ``directory/opencl`` (default: ``RB_CACHE_DIR``, read at
+    each use), each with a header (magic, format, length, SHA-256) checked when it is read.
+    ``stats`` counts ``hits``, ``misses``, ``stores`` and ``damaged`` entries."""
 
-    def __init__(self, directory: str | os.PathLike | None = None):
-        self._directory = Path(directory) if directory is not None else None
-        self.stats = {"hits": 0, "misses": 0, "stores": 0, "damaged": 0}
-        self.last_damage: str | None = None
-
-    @property
-    def directory(self) -> Path:
-        base = self._directory if self._directory is not None else config.get("RB_CACHE_DIR")
-        return Path(base) / "opencl"
-
-    def path(self, key: str) -> Path:
-        return self.directory / f"{key}.rbcl"
+    subdir, suffix = "opencl", ".rbcl"
 
     def load(self, key: str) -> bytes | None:
         """The binary stored for ``key``, or None (absent, or damaged and then removed)."""
-        path = self.path(key)
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            self.stats["misses"] += 1
+        data = self.read(key)
+        if data is None:
             return None
         problem = None
         if len(data) < _HEADER.size:
@@ -105,31 +89,7 @@ class ProgramCache:
         self.stats["hits"] += 1
         return bytes(binary)
 
-    def discard(self, key: str, problem: str) -> None:
-        """Remove ``key``'s entry, recording why (a damaged file, a binary the driver refused)."""
-        path = self.path(key)
-        self.stats["damaged"] += 1
-        self.stats["misses"] += 1
-        self.last_damage = f"{path}: {problem}"
-        try:
-            path.unlink()
-        except FileNotFoundError:
-            pass
-
     def store(self, key: str, binary: bytes) -> None:
-        """Write ``key``'s entry atomically (a temporary file, then ``os.replace``)."""
-        directory = self.directory
-        directory.mkdir(parents=True, exist_ok=True)
+        """Write ``key``'s entry atomically, with its header."""
         header = _HEADER.pack(_MAGIC, _FORMAT, len(binary), hashlib.sha256(binary).digest())
-        fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}.", suffix=".tmp", dir=directory)
-        try:
-            with os.fdopen(fd, "wb") as out:
-                out.write(header + binary)
-            os.replace(tmp, self.path(key))
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            raise
-        self.stats["stores"] += 1
+        self.write(key, header + binary)

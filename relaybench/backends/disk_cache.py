@@ -1,0 +1,90 @@
+"""Files on disk keyed by a hash, shared by the code generators' caches (LLVM kernels, OpenCL
+program binaries): one folder per kind under ``RB_CACHE_DIR`` (read at each use), atomic writes,
+and damaged entries removed and counted rather than trusted.
+
+A subclass names its folder and suffix and decodes what it reads:
+
+>>> import tempfile
+>>> class Notes(DiskCache):
+...     subdir, suffix = "notes", ".txt"
+>>> cache = Notes(tempfile.mkdtemp())
+>>> cache.read("k") is None, cache.stats["misses"]
+(True, 1)
+>>> cache.write("k", b"hello"); cache.read("k"), cache.stats["stores"]
+(b'hello', 1)
+>>> cache.discard("k", "a test"); cache.read("k") is None, cache.stats["damaged"]
+(True, 1)
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from .. import config
+
+__all__ = ["DiskCache"]
+
+
+class DiskCache:
+    """Entries under ``directory/<subdir>`` (default ``directory``: ``RB_CACHE_DIR``).
+
+    ``stats`` counts ``hits``, ``misses``, ``stores`` and ``damaged`` (entries found broken and
+    removed); ``last_damage`` says what was wrong with the latest one. Subclasses count a hit
+    (``stats["hits"] += 1``) once they have decoded an entry, and call :meth:`discard` when it
+    does not decode.
+    """
+
+    subdir = "entries"
+    suffix = ".bin"
+
+    def __init__(self, directory: str | os.PathLike | None = None):
+        self._directory = Path(directory) if directory is not None else None
+        self.stats = {"hits": 0, "misses": 0, "stores": 0, "damaged": 0}
+        self.last_damage: str | None = None
+
+    @property
+    def directory(self) -> Path:
+        base = self._directory if self._directory is not None else config.get("RB_CACHE_DIR")
+        return Path(base) / self.subdir
+
+    def path(self, key: str) -> Path:
+        """The file holding ``key``'s entry (it may not exist)."""
+        return self.directory / f"{key}{self.suffix}"
+
+    def read(self, key: str) -> bytes | None:
+        """The bytes stored for ``key``, or None (a miss) when there are none."""
+        try:
+            return self.path(key).read_bytes()
+        except FileNotFoundError:
+            self.stats["misses"] += 1
+            return None
+
+    def discard(self, key: str, problem: str) -> None:
+        """Remove ``key``'s entry, recording why (a damaged file, a binary the driver refused)."""
+        path = self.path(key)
+        self.stats["damaged"] += 1
+        self.stats["misses"] += 1
+        self.last_damage = f"{path}: {problem}"
+        try:
+            path.unlink()
+        except FileNotFoundError:  # another process removed or replaced it first
+            pass
+
+    def write(self, key: str, data: bytes) -> None:
+        """Write ``key``'s entry atomically (a temporary file, then ``os.replace``)."""
+        directory = self.directory
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}.", suffix=".tmp", dir=directory)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                out.write(data)
+            os.replace(tmp, self.path(key))
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+            raise
+        self.stats["stores"] += 1
