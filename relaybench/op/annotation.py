@@ -33,6 +33,7 @@ import numpy as np
 from ..ir.types import TensorType
 from . import _compute as C
 from ._rel import fail, known, relation, tensor
+from ._layout import elemwise_layout
 from .registry import OpDef, OpPattern, register
 from .tensor import _round_half_away, identity_rel
 
@@ -41,8 +42,10 @@ __all__ = ["stop_fusion", "simulated_quantize"]
 stop_fusion = register(OpDef(
     "annotation.stop_fusion", ("data",), identity_rel, OpPattern.OPAQUE,
     reference=lambda x, attrs: x, compute=C.identity_compute("stop_fusion"),
+    layout=elemwise_layout,
     doc="The identity; its pattern kind OPAQUE keeps FuseOps from fusing across it, so the "
-        "operators before it and after it become separate kernels."))
+        "operators before it and after it become separate kernels. Layout-agnostic: it keeps "
+        "whatever layout its input comes in."))
 
 
 # ---- relay.op.annotation.simulated_quantize --------------------------------------------------

@@ -274,3 +274,59 @@ def test_vnni_signed_times_signed_inside_the_kernel_is_exact():
         lib = rb.build(mod, target="llvm", opt_level=0)
     assert "vpdpbusd" in lib.source("asm")
     np.testing.assert_array_equal(np.asarray(lib.run(x=x, w=w)), _dense_reference(x, w))
+
+
+@pytest.mark.skipif(not HAS_VNNI, reason="the host has no AVX-512 VNNI")
+def test_vnni_legalize_pads_odd_input_channels_to_steps_of_four():
+    """An image's 3 channels (or any count not a multiple of 4) get zero channels in the data
+    and the weights on the vnni path, so that the first convolution runs vpdpbusd too; exact."""
+    from relaybench.passes.legalize import Legalize
+    rng = np.random.default_rng(5)
+    for c in (3, 6):
+        mod = _conv_module(c, 16, 9, 9, 3, 1, 2, 1, "int8", "int8")
+        x, wt = _random(rng, (1, c, 9, 9), "int8"), _random(rng, (16, c, 3, 3), "int8")
+        with config.Context(RB_X86_INT8="vnni"), rb.PassContext(
+                opt_level=3, config={"relay.target": "llvm"}):
+            legal = rb.passes.InferType()(Legalize()(mod))
+        padded = -(-c // 4) * 4
+        assert f"(1, {padded}, 9, 9), int8" in str(legal)
+        lib = _build(mod, "vnni")
+        assert "vpdpbusd" in lib.source("asm")
+        np.testing.assert_array_equal(np.asarray(lib.run(x=x, w=wt)), _conv_reference(x, wt, 1, 2, 1))
+
+
+def test_int8_convolutions_take_power_of_two_channel_blocks():
+    """24 channels: float32 convolutions block them by 12, int8 ones by 8 (whole registers of
+    int32 accumulators, whole steps of 4), and the result stays exact."""
+    from relaybench.passes.alter_op_layout import channel_block, int8_channel_block
+    assert (channel_block(24), int8_channel_block(24), int8_channel_block(48)) == (12, 8, 16)
+    rng = np.random.default_rng(6)
+    mod = _conv_module(24, 24, 6, 6, 1, 0, 1, 1, "uint8", "int8")
+    x, wt = _random(rng, (1, 24, 6, 6), "uint8"), _random(rng, (24, 24, 1, 1), "int8")
+    for path in PATHS:
+        lib = _build(mod, path)
+        assert "NCHW8c" in str(lib.mod) and "NCHW12c" not in str(lib.mod)
+        np.testing.assert_array_equal(np.asarray(lib.run(x=x, w=wt)), _conv_reference(x, wt, 0, 1, 1))
+
+
+def test_int8_pooling_in_blocked_layout_keeps_its_lanes_and_stays_exact():
+    """An int8 max pool after a blocked convolution (16 channels of int8: a quarter of a
+    register) is scheduled by the tiled reduction rule, not element by element, and equals
+    numpy's window maximum."""
+    mod = rb.parse('''#[version = "0.0.5"]
+def @main(%x: Tensor[(1, 16, 10, 10), int8], %w: Tensor[(16, 16, 1, 1), int8]) {
+  %0 = nn.conv2d(%x, %w, channels=16, kernel_size=[1, 1], out_dtype="int32");
+  %1 = clip(right_shift(%0, 4), a_min=-127f, a_max=127f);
+  %2 = nn.max_pool2d(cast(%1, dtype="int8"), pool_size=[3, 3], strides=[2, 2], padding=[1, 1, 1, 1]);
+  clip(%2, a_min=-100f, a_max=100f)
+}''')
+    rng = np.random.default_rng(7)
+    x, wt = _random(rng, (1, 16, 10, 10), "int8"), _random(rng, (16, 16, 1, 1), "int8")
+    lib = rb.build(mod, target="llvm", opt_level=3)
+    rules = [row["rule"] for row in lib.profile(number=1, x=x, w=wt).groups]
+    assert "reduce_tiled" in rules
+    conv = np.clip(_conv_reference(x, wt, 0, 1, 1) >> 4, -127, 127).astype(np.int8)
+    padded = np.pad(conv, [(0, 0), (0, 0), (1, 1), (1, 1)], constant_values=-128)
+    want = np.stack([np.stack([padded[0, :, 2 * i:2 * i + 3, 2 * j:2 * j + 3].max(axis=(1, 2))
+                               for j in range(5)], -1) for i in range(5)], -2)[None]
+    np.testing.assert_array_equal(np.asarray(lib.run(x=x, w=wt)), np.clip(want, -100, 100))

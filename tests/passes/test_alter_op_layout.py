@@ -455,3 +455,27 @@ def test_chain_of_100000_ops():
     assert body.args[0].op.name == "multiply"
     hist = op_histogram(after["main"])
     assert hist["add"] == hist["multiply"] == 50_000 and hist["layout_transform"] == 3
+
+
+def test_stop_fusion_keeps_the_blocked_layout_between_convolutions():
+    """annotation.stop_fusion is layout-agnostic: two blocked convolutions around it need no
+    layout_transform in the middle (quantized residual blocks put one on every shortcut)."""
+    import numpy as np
+    import relaybench as rb
+    mod = rb.parse('''#[version = "0.0.5"]
+def @main(%x: Tensor[(1, 32, 8, 8), float32], %w1: Tensor[(32, 32, 3, 3), float32], %w2: Tensor[(32, 32, 3, 3), float32]) {
+  %0 = nn.conv2d(%x, %w1, padding=[1, 1, 1, 1], channels=32, kernel_size=[3, 3]);
+  %1 = annotation.stop_fusion(%0);
+  nn.conv2d(%1, %w2, padding=[1, 1, 1, 1], channels=32, kernel_size=[3, 3])
+}''')
+    with rb.PassContext(opt_level=3, config={"relay.target": "llvm"}):
+        out = rb.passes.AlterOpLayout()(rb.passes.InferType()(mod))
+    text = str(out)
+    # the data into blocks once, each weight into blocks, the result out of them once
+    assert text.count('dst_layout="NCHW16c"') == 1 and text.count('dst_layout="NCHW")') == 1
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal(p.checked_type.shape if p.checked_type else (1,)).astype("float32")
+            for p in rb.passes.InferType()(mod)["main"].params]
+    want = rb.create_executor("interpreter", mod=mod).evaluate()(*args)
+    got = rb.create_executor("interpreter", mod=out).evaluate()(*args)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-4)

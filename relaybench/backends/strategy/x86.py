@@ -108,8 +108,10 @@ def legalize_int8_conv2d(attrs, inputs, types):
     ``conv2d(data + 128 as uint8, weights) - 128 * sum(weights)`` per output channel (Relay's
     x86 int8 legalization), so that VNNI's ``u8 x s8`` ``vpdpbusd`` applies with no correction
     inside the kernel; the correction folds to a constant when the weights are. The padding is
-    made explicit first, with 128 (the shifted zero). Only NCHW/OIHW convolutions of one group
-    whose input channels are a multiple of 4 (the ``dot_sum`` rule), and only on the vnni path.
+    made explicit first, with 128 (the shifted zero). Input channels that are not a multiple of 4
+    (the ``dot_sum`` rule's step: an image's 3 channels) are padded with zero channels in both
+    the data and the weights, which adds nothing to any sum. Only NCHW/OIHW convolutions of one
+    group, and only on the vnni path.
     """
     from ... import op
     from ...ir.builder import const
@@ -118,9 +120,14 @@ def legalize_int8_conv2d(attrs, inputs, types):
         return None
     if (attrs["data_layout"] != "NCHW" or attrs["kernel_layout"] != "OIHW"
             or attrs["out_layout"] not in ("", "NCHW") or attrs["groups"] != 1
-            or not data_type.is_static or int(data_type.shape[1]) % 4):
+            or not data_type.is_static or not weight_type.is_static):
         return None
     data, weight = inputs
+    channels = int(data_type.shape[1])
+    if channels % 4:
+        extra = 4 - channels % 4
+        data = op.nn.pad(data, const(0, "int8"), pad_width=((0, 0), (0, extra), (0, 0), (0, 0)))
+        weight = op.nn.pad(weight, const(0, "int8"), pad_width=((0, 0), (0, extra), (0, 0), (0, 0)))
     shifted = _shifted_to_uint8(data)
     top, left, bottom, right = (int(p) for p in attrs["padding"])
     if top or left or bottom or right:
@@ -165,6 +172,14 @@ _OIHWIO = re.compile(r"^OIHW(\d+)i(\d+)o$")
 def lanes(dtype: str) -> int:
     """Vector lanes of ``dtype`` in one register."""
     return max(1, VECTOR_BYTES // np.dtype(dtype).itemsize)
+
+
+def lane_block(extent: int, dtype: str) -> bool:
+    """Whether an innermost axis of ``extent`` fills whole vectors of ``dtype``: a multiple of
+    the register's lanes, or (narrow types: 16 int8 channels in an NCHW16c block) a part of one
+    register of at least 4 lanes that divides it, up to 64 lanes either way."""
+    width = lanes(dtype)
+    return 4 <= extent <= 64 and (extent % width == 0 or width % extent == 0)
 
 
 # ------------------------------------------------------------------------------------ computes
@@ -508,9 +523,8 @@ def schedule_reduce(s, op):
     """Reduce loops outside a vectorized lane block; outer data axes fused and parallel."""
     stage = s[op]
     data, reduce = list(op.axis), list(op.reduce_axis)
-    width = lanes(op.output.dtype)
     vector = None
-    if data and data[-1].extent % width == 0 and data[-1].extent <= 64 and len(data) > 1:
+    if data and len(data) > 1 and lane_block(data[-1].extent, op.output.dtype):
         vector = data[-1]
         data = data[:-1]
         stage.reorder(*data, *reduce, vector)
@@ -604,8 +618,7 @@ def _tile_reduction(s, red, out) -> bool:
     lanes, parallel over an outer axis, the reduction computed at its innermost outer loop with
     the reduce loops outside the lanes."""
     axes = list(out.op.axis)
-    width = lanes(out.dtype)
-    if len(axes) < 2 or axes[-1].extent % width or axes[-1].extent > 64:
+    if len(axes) < 2 or not lane_block(axes[-1].extent, out.dtype):
         return False
     if red.op is out.op:
         local = s.cache_write(red).op
