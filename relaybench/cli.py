@@ -12,6 +12,7 @@ from the table.
     $ relaybench show model.rly --passes fold-constant,fuse-ops --format svg --out model.svg
     $ relaybench bench resnet18 --target llvm --image-shape 3,64,64
     $ relaybench reproduce composability --out results/ --models resnet18,dqn --quick
+    $ relaybench reproduce quantization --out results/ --quick
     $ relaybench train-digits --epochs 20 --seed 0 --out weights/
     $ relaybench fuzz --n 300 --seed 1000 --jobs 2 --out fuzz-out --minimize
     $ relaybench fuzz --replay fuzz-out/min_0_seed1036.rly
@@ -288,30 +289,36 @@ def _run_bench(args: argparse.Namespace) -> int:
 
 # --- reproduce -----------------------------------------------------------------------------
 
-_EXPERIMENTS = ("composability",)
+# the experiments; each runs through its function in _REPRODUCERS (at the end of this section)
+_EXPERIMENTS = ("composability", "quantization")
 
 
 def _configure_reproduce(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("experiment", choices=_EXPERIMENTS, help="the experiment to run")
     parser.add_argument("--out", type=Path, required=True, metavar="DIR",
-                        help="the folder for EXPERIMENT.csv, .json, .png and .md")
+                        help="the folder for the experiment's .csv, .json, .md and .png files")
     parser.add_argument("--models", nargs="+", metavar="MODEL",
-                        help="models, by comma or space (default: resnet18, mobilenet_v2, dqn, "
-                             "vgg16)")
+                        help="models, by comma or space (default: composability: resnet18, "
+                             "mobilenet_v2, dqn, vgg16; quantization: resnet18, mobilenet_v2, "
+                             "vgg16, dqn for the agreement, resnet18, mobilenet_v2 for the speed)")
     parser.add_argument("--targets", nargs="+", metavar="TARGET",
-                        help="targets, by comma or space (default: llvm)")
+                        help="targets, by comma or space (default: llvm; quantization runs on "
+                             "llvm only)")
     parser.add_argument("--image-shape", type=_image_shape, metavar="C,H,W",
                         help="the input of every model whose own input has C channels "
                              "(default: the models' own; with --quick, 3,32,32)")
     parser.add_argument("--quick", action="store_true",
                         help="small inputs (3,32,32; DQN keeps its own) and few timing runs "
-                             "(--number 1 --repeat 3), to try the experiment out")
+                             "(--number 1 --repeat 3), to try the experiment out; quantization "
+                             "also measures fewer models (resnet18 and dqn, resnet18's speed) "
+                             "on fewer random inputs")
     parser.add_argument("--number", type=_positive, metavar="N",
                         help="runs per timed round (default: 10; 1 with --quick)")
     parser.add_argument("--repeat", type=_positive, metavar="N",
                         help="timed rounds, the median is reported (default: 5; 3 with --quick)")
     parser.add_argument("--threads", type=_positive, metavar="N",
-                        help="threads the kernels use (default: RB_NUM_THREADS or all cores)")
+                        help="threads the kernels use (default: RB_NUM_THREADS or all cores; "
+                             "quantization's speed table: 1 and 2)")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
                         help="show progress on stderr (default: on)")
 
@@ -328,6 +335,14 @@ def _markdown(table, title: str, note: str) -> str:
 
 
 def _run_reproduce(args: argparse.Namespace) -> int:
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        return _fail(f"cannot create {args.out}: {err}")
+    return _REPRODUCERS[args.experiment](args)
+
+
+def _reproduce_composability(args: argparse.Namespace) -> int:
     from relaybench.errors import RelayError
     from relaybench.experiments import composability
 
@@ -338,10 +353,6 @@ def _run_reproduce(args: argparse.Namespace) -> int:
         image_shape = (3, 32, 32)
     number = args.number or (1 if args.quick else 10)
     repeat = args.repeat or (3 if args.quick else 5)
-    try:
-        args.out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        return _fail(f"cannot create {args.out}: {err}")
     kwargs = {} if models is None else {"models": models}
     try:
         result = composability(targets=targets, image_shape=image_shape, number=number,
@@ -374,6 +385,55 @@ def _run_reproduce(args: argparse.Namespace) -> int:
     for path in written:
         print(f"wrote {path}")
     return 0
+
+
+def _reproduce_quantization(args: argparse.Namespace) -> int:
+    """The digits accuracy, the zoo agreement and the speed tables
+    (:func:`relaybench.experiments.quantization`), written as quantization_*.md/.csv/.json."""
+    from relaybench.errors import RelayError
+    from relaybench.experiments import quantization
+
+    targets = _names(args.targets)
+    if any(t.split()[0] != "llvm" for t in targets):
+        return _fail(f"quantization runs on the llvm target only, not {', '.join(targets)}")
+    models = _names(args.models)
+    if args.quick:
+        agreement_models = models or ["resnet18", "dqn"]
+        speed_models = models or ["resnet18"]
+    else:
+        agreement_models = models or None
+        speed_models = models or None
+    image_shape = args.image_shape
+    if image_shape is None and args.quick:
+        image_shape = (3, 32, 32)
+    kwargs = {"number": args.number or (1 if args.quick else 10),
+              "repeat": args.repeat or (3 if args.quick else 5)}
+    if args.quick:
+        kwargs.update(num_inputs=8, calibration_inputs=2)
+    if agreement_models is not None:
+        kwargs["models"] = agreement_models
+    if speed_models is not None:
+        kwargs["speed_models"] = speed_models
+    if args.threads is not None:
+        kwargs["threads"] = [args.threads]
+    try:
+        result = quantization(image_shape=image_shape, progress=args.progress, **kwargs)
+        written = result.write(args.out)
+    except KeyError as err:
+        return _unknown_model(err)
+    except (ValueError, OSError, RelayError) as err:
+        return _fail(str(err))
+    for name, table in result.tables().items():
+        print(f"{name}:\n{table}\n")
+    for path in written:
+        print(f"wrote {path}")
+    return 0
+
+
+_REPRODUCERS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "composability": _reproduce_composability,
+    "quantization": _reproduce_quantization,
+}
 
 
 # --- train-digits --------------------------------------------------------------------------

@@ -5,13 +5,19 @@
   optimization passes one after another, on the paper's vision workloads.
 * :func:`train_digits` (``experiments/digits.py``): trains the zoo's digits CNN on scikit-learn's
   handwritten digits with the project's Gradient pass; ``relaybench train-digits``.
+* :func:`quantization` (``experiments/quantization.py``): int8 against float32: accuracy on the
+  digits' test split per calibrate mode, agreement on the zoo, speed;
+  ``relaybench reproduce quantization``.
 """
 
 from .composability import (CONFIGURATIONS, PASS_ORDER, ComposabilityResult, OutputMismatchError,
                             composability)
+from .quantization import (QuantizationResult, digits_accuracy_table, quantization,
+                           quantization_speed, zoo_agreement)
 
 __all__ = ["composability", "ComposabilityResult", "OutputMismatchError", "CONFIGURATIONS",
-           "PASS_ORDER", "train_digits", "DigitsTrainingResult"]
+           "PASS_ORDER", "train_digits", "DigitsTrainingResult", "quantization",
+           "QuantizationResult", "digits_accuracy_table", "zoo_agreement", "quantization_speed"]
 
 
 def __getattr__(name: str):

@@ -1,6 +1,7 @@
 """``quantize(mod, params, dataset)``: Relay's ``relay.quantize.quantize``.
 
-1. ``prerequisite_optimize``: the parameters bound, then SimplifyInference, FoldConstant,
+1. ``prerequisite_optimize``: the parameters bound, then ToGraphNormalForm (``let`` bindings of
+   dataflow values become plain sharing, which the rewriters walk), SimplifyInference, FoldConstant,
    FoldScaleAxis, CanonicalizeOps, FoldConstant (at opt_level 3), so that batch norms have
    become constant scales folded into the weights and biases are plain ``add`` s.
 2. QuantizeAnnotate, QuantizeCalibrate (with ``dataset``), InferType, QuantizeRealize (left out
@@ -16,7 +17,7 @@ from typing import Iterable, Optional
 
 from ..ir.module import IRModule
 from ..passes.infra import PassContext, Sequential, get_pass
-from .annotate import QuantizeAnnotate
+from .annotate import _WEIGHTS_BOUND, QuantizeAnnotate
 from .calibrate import QuantizeCalibrate
 from .qconfig import current_qconfig
 from .realize import QuantizeRealize
@@ -35,8 +36,8 @@ def prerequisite_optimize(mod: IRModule, params: Optional[dict] = None) -> IRMod
     from ..passes.bind_params import bind_params
     if params:
         mod = bind_params(mod, params)
-    seq = Sequential([get_pass(name)() for name in ("SimplifyInference", "FoldConstant", "FoldScaleAxis",
-                                                    "CanonicalizeOps", "FoldConstant")],
+    seq = Sequential([get_pass(name)() for name in ("ToGraphNormalForm", "SimplifyInference", "FoldConstant",
+                                                    "FoldScaleAxis", "CanonicalizeOps", "FoldConstant")],
                      name="QuantizePrerequisites")
     with _context():
         return seq(mod)
@@ -57,5 +58,9 @@ def quantize(mod: IRModule, params: Optional[dict] = None, dataset: Optional[Ite
     if not cfg.do_simulation:
         passes.append(QuantizeRealize())
     passes.append(get_pass("FoldConstant")())
-    with _context(("QuantizeAnnotate", "QuantizeCalibrate", "QuantizeRealize")):
-        return Sequential(passes, name="Quantize")(mod)
+    token = _WEIGHTS_BOUND.set(True)
+    try:
+        with _context(("QuantizeAnnotate", "QuantizeCalibrate", "QuantizeRealize")):
+            return Sequential(passes, name="Quantize")(mod)
+    finally:
+        _WEIGHTS_BOUND.reset(token)

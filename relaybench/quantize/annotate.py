@@ -9,7 +9,10 @@ INPUT (a value quantized to ``nbit_input`` bits), WEIGHT, or ACTIVATION (an accu
 same call for the same ``x`` and kind. The rules, by operator:
 
 * ``nn.conv2d``, ``nn.dense`` (not with ``skip_dense_layer``): data attached as INPUT unless it
-  already is INPUT, weight as WEIGHT; the result is ACTIVATION.
+  already is INPUT, weight as WEIGHT; the result is ACTIVATION. A weight computed at run time
+  (a call that FoldConstant could not fold; under ``quantize``, which binds the parameters
+  first, a variable too) leaves the call in float; a variable weight annotated by this pass
+  alone is taken for a weight still to bind.
 * ``add``: one float side is attached as INPUT (as WEIGHT when it is a constant, the bias that
   batch_norm leaves); ACTIVATION + ACTIVATION attaches the right one as INPUT; INPUT + INPUT is
   INPUT; otherwise ACTIVATION.
@@ -22,7 +25,8 @@ same call for the same ``x`` and kind. The rules, by operator:
 * ``nn.global_avg_pool2d``: takes its input as it is, and stops the quantization: every
   operator visited after it stays in float.
 
-A value with a kind that is used more than once is attached as INPUT before each use (Relay's
+Only calls whose operands and result are float32 are annotated; others (float64, integer
+arithmetic) stay as they are. A value with a kind that is used more than once is attached as INPUT before each use (Relay's
 ``fmulti_ref``), and a value with a kind that reaches an operator without a rule, or the
 function's result, is used as it is. ``skip_conv_layers`` leaves the conv2d layers of these
 indices (in the order they are visited) in float, and every operator visited before the
@@ -48,8 +52,10 @@ fn (%x: Tensor[(1, 2, 4, 4), float32], %w: Tensor[(2, 2, 1, 1), float32], %dom_s
 
 from __future__ import annotations
 
+from contextvars import ContextVar
+
 from ..ir.expr import Call, Constant, Function, Op, Tuple, Var
-from ..ir.types import TensorType
+from ..ir.types import TensorType, TupleType
 from ..passes.infra import function_pass
 from ._rewrite import PendingTuple, TempExpr, forward_rewrite
 from .qconfig import QAnnotateKind, current_qconfig
@@ -141,7 +147,33 @@ class _Annotator:
         enabled = self.cfg.debug_enabled_ops
         if enabled is not None and op_name not in enabled:
             return None
-        return lambda call, args: rule(self, call, args)
+
+        def apply(call, args):
+            if not _all_float32(call):
+                if call.op.name == "nn.conv2d":
+                    self.check_to_skip(call)   # it still counts for skip_conv_layers
+                return None
+            return rule(self, call, args)
+        return apply
+
+
+#: True while :func:`~relaybench.quantize.quantize` annotates a program whose parameters it has
+#: bound: a weight that is still a variable then is a run-time input, not an unbound weight.
+_WEIGHTS_BOUND: ContextVar = ContextVar("quantize_weights_bound", default=False)
+
+
+def _all_float32(call: Call) -> bool:
+    """Whether the call's result and operands are float32 tensors (or tuples of them), as far as
+    type inference has said: quantization simulates float32 arithmetic, so calls on other
+    dtypes (float64, integers) stay as they are."""
+    stack = [call.type_or_none] + [a.type_or_none for a in call.args]
+    while stack:
+        t = stack.pop()
+        if isinstance(t, TupleType):
+            stack.extend(t.fields)
+        elif isinstance(t, TensorType) and str(t.dtype) != "float32":
+            return False
+    return True
 
 
 def _forward(call: Call, args) -> Call:
@@ -155,6 +187,9 @@ def _conv_dense(a: _Annotator, call, args):
         return None
     lhs, lkind = _expr_kind(args[0])
     rhs, rkind = _expr_kind(args[1])
+    if rkind is None and not _is_constant(rhs) and (
+            not isinstance(rhs, Var) or _WEIGHTS_BOUND.get()):
+        return None   # a weight computed at run time stays in float
     if lkind is None or lkind == ACTIVATION:
         lhs = a.attach(lhs, INPUT)
     if rkind is not None:

@@ -141,8 +141,12 @@ def find_scale_by_kl(arr: np.ndarray, num_bins: int = 8001, num_quantized_bins: 
 # ---- statistics -------------------------------------------------------------------------------
 
 def _quantize_calls(func: Function) -> list:
-    """The simulated_quantize calls of ``func``, children first, each once."""
-    return [n for n in post_order(func.body) if _is_sq(n)]
+    """The simulated_quantize calls of ``func`` still to calibrate (their three scalars are
+    parameters of ``func``, as QuantizeAnnotate leaves them; one whose scalars are given already
+    keeps them), children first, each once."""
+    params = set(func.params)
+    return [n for n in post_order(func.body)
+            if _is_sq(n) and all(isinstance(a, Var) and a in params for a in n.args[1:])]
 
 
 class _Identities(ExprMutator):

@@ -92,11 +92,16 @@ def _has_type(mod: IRModule) -> bool:
 
 @dataclass(frozen=True)
 class Config:
-    """One way to run a program: ``run(case)`` returns ``@main``'s result (an array or a tuple)."""
+    """One way to run a program: ``run(case)`` returns ``@main``'s result (an array or a tuple).
+
+    ``prepare(case)``, when given, turns the case into the one the configuration checks (the
+    program quantized, say): its result on the reference interpreter, not the original's, is
+    what ``run`` must reproduce."""
 
     name: str
     description: str
     run: Callable[[Case], object]
+    prepare: Optional[Callable[[Case], "Case"]] = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -156,6 +161,16 @@ def _convert_nhwc(case: Case):
     return lib.run(**case.free_inputs)
 
 
+def _quantized(case: Case) -> Case:
+    """The case's program quantized by Relay's passes with a global scale (every conv2d and
+    dense in int8, none skipped), its weights bound; the other inputs unchanged."""
+    from ..quantize import qconfig, quantize
+    with qconfig(calibrate_mode="global_scale", global_scale=8.0, skip_conv_layers=None,
+                 skip_dense_layer=False):
+        mod = quantize(case.mod, case.params)
+    return Case(mod, case.free_inputs, ())
+
+
 CONFIGS: dict = {c.name: c for c in [
     Config("graph-O0", "rb.build at opt_level 0, graph executor (LLVM)", _graph(0)),
     Config("graph-O1", "rb.build at opt_level 1, graph executor (LLVM)", _graph(1)),
@@ -167,6 +182,9 @@ CONFIGS: dict = {c.name: c for c in [
     Config("pipeline-O3", "default_pipeline(3), then the interpreter", _pipeline(3)),
     Config("text", "parse(astext()) structurally equal, then the interpreter", _text_round_trip),
     Config("nhwc", "ConvertLayout(nn.conv2d -> NHWC), rb.build at opt_level 3", _convert_nhwc),
+    Config("quantize-O3", "rb.quantize.quantize (global scale, every conv2d and dense in int8), "
+           "then rb.build at opt_level 3, against the quantized program on the interpreter",
+           _graph(3), prepare=_quantized),
 ]}
 """Every configuration a program is checked on, by name."""
 
@@ -391,6 +409,9 @@ def run_config(case: Case, config, expected) -> Outcome:
     start = time.perf_counter()
     ops = _ops_of(case.mod)
     try:
+        if config.prepare is not None:
+            case = config.prepare(case)
+            expected = reference_result(case)
         actual = config.run(case)
     except Exception as err:  # every exception is a crash of this configuration
         return Outcome(config.name, "crash", _first_line(err), error_type=type(err).__name__,

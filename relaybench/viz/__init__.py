@@ -1,10 +1,12 @@
 """Views of IR objects and results for notebooks and terminals.
 
 * :func:`to_dot` (``viz/dot.py``): the dataflow graph of a module or function as a
-  ``graphviz.Digraph``, fused groups as clusters; :func:`render_svg` draws it.
+  ``graphviz.Digraph``, fused groups as clusters, edges colored by dtype (the int8 region of a
+  quantized program in blue); :func:`render_svg` draws it, :func:`legend` its colors.
 * :func:`diff` (``viz/snapshot_diff.py``): two snapshots side by side, text and graph.
 * :func:`html` (``viz/html.py``): the rich notebook view of any IR object or result.
-* :class:`PassExplorer`, :class:`FusionView` (``viz/widgets.py``): the widgets.
+* :class:`PassExplorer`, :class:`FusionView` (``viz/widgets.py``): the widgets; the explorer's
+  quantization toggle runs :func:`relaybench.quantize.quantize` before its pipeline.
 * :class:`Table`: rows of results, printed or shown as HTML.
 
 Everything but :class:`Table` is imported on first use, so ``import relaybench`` stays light.
@@ -17,7 +19,8 @@ import importlib
 from .table import Table  # noqa: F401
 
 _LAZY = {
-    "to_dot": "dot", "render_svg": "dot", "diff": "snapshot_diff", "Diff": "snapshot_diff", "html": "html",
+    "to_dot": "dot", "render_svg": "dot", "legend": "dot", "diff": "snapshot_diff", "Diff": "snapshot_diff",
+    "html": "html",
     "PassExplorer": "widgets", "FusionView": "widgets",
 }
 

@@ -3,11 +3,14 @@
 :func:`to_dot` turns ``@main`` of a module (or a function, or any expression) into a
 ``graphviz.Digraph``: one node per operator call, labelled with the operator and its key
 attributes (``nn.conv2d`` / ``3x3 s2 p1``, layouts when they are not NCHW); one edge per use of a
-value, labelled with the value's shape and dtype; each call of a fused ``Primitive`` function
-drawn as a cluster of its operators, labelled with the group's name and pattern kind. Nodes are
-filled by pattern kind (:data:`PATTERN_COLORS`); ``layout_transform`` and quantization operators
-have a thick border. Parameters and constants are small plain-text nodes (a constant shows its
-shape, never its values); tuples and projections are small boxes.
+value, labelled with the value's shape and dtype and colored by its dtype class
+(:data:`DTYPE_COLORS`: 8-bit integers blue, int16 teal, int32 magenta, float16/bfloat16 olive,
+float32 the neutral gray), so the int8 region of a quantized program stands out from its float
+parts; each call of a fused ``Primitive`` function drawn as a cluster of its operators, labelled
+with the group's name and pattern kind. Nodes are filled by pattern kind
+(:data:`PATTERN_COLORS`); ``layout_transform`` and quantization operators have a thick border.
+Parameters and constants are small plain-text nodes (a constant shows its shape, never its
+values); tuples and projections are small boxes.
 
 :func:`render_svg` runs the ``graphviz-pure`` executable (the pip-installed Graphviz, so no
 system package is needed) and returns the SVG text. The digraphs :func:`to_dot` returns draw
@@ -55,7 +58,8 @@ from ..ir.types import TensorType, TupleType, Type
 from ..op.registry import OpPattern
 
 __all__ = ["to_dot", "render_svg", "RelayDigraph", "GraphvizError", "PATTERN_COLORS", "PATTERN_NAMES",
-           "DataflowGraph", "GraphNode", "dataflow_graph", "is_layout_op", "is_quantize_op", "find_graphviz"]
+           "DTYPE_COLORS", "dtype_class", "edge_style", "DataflowGraph", "GraphNode", "dataflow_graph",
+           "is_layout_op", "is_quantize_op", "find_graphviz", "legend"]
 
 #: fill color of an operator node by its pattern kind (the legend of every drawing)
 PATTERN_COLORS = {
@@ -76,15 +80,70 @@ PATTERN_NAMES = {
     OpPattern.OPAQUE: "opaque",
 }
 
+#: the color and pen width of an edge by the dtype class of the value it carries
+#: (:func:`dtype_class`). Saturated hues, so a line reads against the pastel node fills, and none
+#: of them the purple of ``layout_transform``, the orange of quantization operators or the
+#: green and red of :func:`relaybench.viz.diff`. The int8 pen is the widest, so the int8
+#: region is the boldest part of a drawing; the other classes are a little wider than float32,
+#: the common case, which is the drawing's plain gray edge (written without attributes), as are
+#: ``bool`` and every other dtype.
+DTYPE_COLORS = {
+    "int8": ("#1565c0", 2.5),       # blue: int8 and uint8, the quantized data and weights
+    "int16": ("#00838f", 2.0),      # teal: int16 and uint16 (8/16 accumulators)
+    "int32": ("#ad1457", 2.0),      # magenta: int32 and uint32 (the accumulators)
+    "float16": ("#9e9d24", 2.0),    # olive: float16 and bfloat16
+    "float32": ("#555555", 1.0),    # gray: the edge attributes' default
+}
+
+#: the legend's words for each dtype class
+DTYPE_NAMES = {"int8": "int8, uint8", "int16": "int16, uint16", "int32": "int32, uint32",
+               "float16": "float16, bfloat16", "float32": "float32"}
+
+_DTYPE_CLASSES = {"int8": "int8", "uint8": "int8", "int16": "int16", "uint16": "int16",
+                  "int32": "int32", "uint32": "int32", "float16": "float16", "bfloat16": "float16",
+                  "float32": "float32"}
+
 _LAYOUT_BORDER = "#6a1b9a"    # purple: layout_transform
 _QUANTIZE_BORDER = "#e65100"  # dark orange: quantization and annotation operators
 _QUANTIZE_PREFIXES = ("qnn.", "annotation.", "relay.op.annotation")
 
 _GRAPH_ATTRS = {"rankdir": "TB", "newrank": "true"}
 _NODE_ATTRS = {"fontname": "Helvetica", "fontsize": "11"}
-_EDGE_ATTRS = {"fontname": "Helvetica", "fontsize": "9", "color": "#555555"}
+_EDGE_ATTRS = {"fontname": "Helvetica", "fontsize": "9", "color": DTYPE_COLORS["float32"][0]}
 
 _RENDER_TIMEOUT = 120.0
+
+
+def dtype_class(t: Optional[Type]) -> Optional[str]:
+    """The key of :data:`DTYPE_COLORS` for a value of type ``t``: its dtype's class for a tensor,
+    the common class of a tuple's fields when they all share one, else None (bool, int64,
+    float64, mixed tuples, functions, an unknown type).
+
+    >>> from relaybench.ir.types import TensorType, TupleType
+    >>> dtype_class(TensorType((2, 3), "uint8")), dtype_class(TensorType((), "bfloat16"))
+    ('int8', 'float16')
+    >>> dtype_class(TupleType([TensorType((2,), "int32"), TensorType((2,), "int32")]))
+    'int32'
+    >>> dtype_class(TensorType((2,), "bool")) is None
+    True
+    """
+    if isinstance(t, TensorType):
+        return _DTYPE_CLASSES.get(str(t.dtype))
+    if isinstance(t, TupleType) and t.fields:
+        classes = {dtype_class(f) for f in t.fields}
+        return classes.pop() if len(classes) == 1 else None
+    return None
+
+
+def edge_style(t: Optional[Type]) -> dict:
+    """The attributes that color an edge carrying a value of type ``t`` (``color``,
+    ``fontcolor`` for its label, ``penwidth``), or ``{}`` for the plain gray edge (float32, bool,
+    and the dtypes :data:`DTYPE_COLORS` has no class for)."""
+    cls = dtype_class(t)
+    if cls is None or cls == "float32":
+        return {}
+    color, width = DTYPE_COLORS[cls]
+    return {"color": color, "fontcolor": color, "penwidth": f"{width:g}"}
 
 
 def is_layout_op(name: str) -> bool:
@@ -563,6 +622,18 @@ def _statement(head: str, attrs: dict) -> str:
     return f"\t{head} [{' '.join(parts)}]\n" if parts else f"\t{head}\n"
 
 
+def _edge_attrs(t: Optional[Type], limit: int) -> str:
+    """The bracketed attributes of an edge carrying a value of type ``t`` (without the
+    brackets): its shape-and-dtype label first, then :func:`edge_style`'s, sorted; empty for an
+    untyped edge."""
+    if t is None:
+        return ""
+    parts = [f"label={_quote(_type_label(t, limit))}"]
+    style = edge_style(t)
+    parts.extend(f"{k}={_quote(style[k])}" for k in sorted(style))
+    return " ".join(parts)
+
+
 def draw(graph: DataflowGraph, name: str = "main", *, node_extra=None, extra=None) -> RelayDigraph:
     """Draw a :class:`DataflowGraph`; ``node_extra(node) -> dict`` adds or changes a node's
     attributes, ``extra(digraph)`` adds statements at the end (the diff's removed nodes)."""
@@ -588,28 +659,29 @@ def draw(graph: DataflowGraph, name: str = "main", *, node_extra=None, extra=Non
             for i in cluster.nodes:
                 node_statement(sub, graph.nodes[i])
     limit = 2 * 40
-    labels: dict = {}
+    attrs_of: dict = {}   # type -> the edge's attribute text, made once per type
     body = g.body
     for node in graph.nodes:
         for src, t in zip(node.inputs, node.input_types):
             try:
-                label = labels.get(t)
+                text = attrs_of.get(t)
             except TypeError:  # a type that does not hash
-                label = None
-            if label is None:
-                label = _quote(_type_label(t, limit)) if t is not None else ""
+                text = None
+            if text is None:
+                text = _edge_attrs(t, limit)
                 try:
-                    labels[t] = label
+                    attrs_of[t] = text
                 except TypeError:
                     pass
-            body.append(f"\tn{src} -> {node.id} [label={label}]\n" if label else f"\tn{src} -> {node.id}\n")
+            body.append(f"\tn{src} -> {node.id} [{text}]\n" if text else f"\tn{src} -> {node.id}\n")
     if extra is not None:
         extra(g)
     return g
 
 
 def legend() -> RelayDigraph:
-    """A small drawing of the colors and borders :func:`to_dot` uses."""
+    """A small drawing of the colors and borders :func:`to_dot` uses: the fill of each pattern
+    kind, the borders of layout and quantization operators, and the edge of each dtype class."""
     g = RelayDigraph(name="legend", graph_attr={"rankdir": "LR"}, node_attr=_NODE_ATTRS)
     for kind in (OpPattern.ELEMWISE, OpPattern.BROADCAST, OpPattern.INJECTIVE, OpPattern.COMM_REDUCE,
                  OpPattern.OUT_ELEMWISE_FUSABLE, OpPattern.OPAQUE):
@@ -619,6 +691,16 @@ def legend() -> RelayDigraph:
            color=_LAYOUT_BORDER, fillcolor=PATTERN_COLORS[OpPattern.INJECTIVE])
     g.node("quantize", label="quantization", shape="box", style="rounded,filled,bold", penwidth="3",
            color=_QUANTIZE_BORDER, fillcolor=PATTERN_COLORS[OpPattern.OPAQUE])
+    # the edge colors: one short labelled edge per dtype class, between two dots
+    with g.subgraph(name="cluster_dtypes") as sub:
+        sub.attr(label="edges by dtype", style="rounded,dashed", color="#9e9e9e", fontsize="9",
+                 fontname="Helvetica")
+        for cls in reversed(DTYPE_COLORS):   # Graphviz stacks them bottom-up: int8 ends on top
+            color, width = DTYPE_COLORS[cls]
+            sub.node(f"{cls}_from", label="", shape="point", width="0.05", color=color)
+            sub.node(f"{cls}_to", label="", shape="point", width="0.05", color=color)
+            sub.edge(f"{cls}_from", f"{cls}_to", label=DTYPE_NAMES[cls], color=color, fontcolor=color,
+                     penwidth=f"{width:g}", fontname="Helvetica", fontsize="9")
     return g
 
 
@@ -630,6 +712,33 @@ def to_dot(mod_or_function, *, types: bool = True, max_label: int = 40) -> Relay
     label. Fused primitive functions are drawn as ``cluster_K`` subgraphs labelled with the
     group's name and pattern kind (the strongest among its operators', as
     :func:`relaybench.passes.fuse_ops.fused_groups` reports it). :func:`legend` draws the colors.
+
+    Each typed edge is colored by the dtype class of its value (:func:`edge_style`, the table
+    :data:`DTYPE_COLORS`): a realized quantized program shows its int8 values in bold blue and
+    its int32 accumulators in magenta, between float32 edges in the plain gray. The attributes
+    are made once per type, like the label.
+
+    >>> import numpy as np, relaybench as rb
+    >>> mod = rb.parse('''#[version = "0.0.5"]
+    ... def @main(%x: Tensor[(1, 4), float32], %w: Tensor[(2, 4), float32]) {
+    ...   nn.dense(%x, %w, units=2)
+    ... }''')
+    >>> w = np.array([[0.5, -1, 0.25, 2], [1, 1, 1, 1]], "float32")
+    >>> with rb.quantize.qconfig(skip_dense_layer=False, skip_conv_layers=None):
+    ...     qmod = rb.quantize.quantize(mod, params={"w": w})
+    >>> for line in to_dot(qmod).source.splitlines():
+    ...     if " -> " in line:
+    ...         print(line.strip())
+    n0 -> n2 [label="(1, 4) float32"]
+    n1 -> n2 [label="() float32"]
+    n2 -> n3 [label="(1, 4) float32"]
+    n3 -> n4 [label="(1, 4) float32"]
+    n4 -> n5 [label="(1, 4) float32"]
+    n5 -> n7 [label="(1, 4) int8" color="#1565c0" fontcolor="#1565c0" penwidth=2.5]
+    n6 -> n7 [label="(2, 4) int8" color="#1565c0" fontcolor="#1565c0" penwidth=2.5]
+    n7 -> n8 [label="(1, 2) int32" color="#ad1457" fontcolor="#ad1457" penwidth=2]
+    n8 -> n10 [label="(1, 2) float32"]
+    n9 -> n10 [label="() float32"]
     """
     graph = dataflow_graph(mod_or_function, types=types, max_label=max_label)
     return draw(graph)

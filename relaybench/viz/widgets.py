@@ -8,7 +8,9 @@ Python, so a test or a script can do what a click does:
 
 * :class:`PassExplorer` toggles and reorders the passes of a pipeline, runs them, steps through
   the passes that changed the program (text diff, graph, op counts), and times the configuration
-  on the interpreter or a compiled target, keeping a table of every configuration timed.
+  on the interpreter or a compiled target, keeping a table of every configuration timed. Its
+  quantization toggle puts :func:`relaybench.quantize.quantize` (annotate, calibrate, realize)
+  in front of the pipeline, under a qconfig chosen in the widget.
 * :class:`FusionView` lists the fused groups of a compiled module with their time per call and
   shows, for the group selected, its loop IR, LLVM IR, assembly and dataflow graph.
 
@@ -28,7 +30,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-__all__ = ["PassExplorer", "FusionView"]
+__all__ = ["PassExplorer", "FusionView", "QUANTIZED_TARGETS", "PRECISIONS", "sqnr_db"]
 
 _VIEW_MODULES = {"to_dot": "dot", "render_svg": "dot", "diff": "snapshot_diff"}
 
@@ -124,6 +126,32 @@ def _agrees(got, want, rtol: float = 1e-4, atol: float = 1e-4) -> bool:
     return True
 
 
+def sqnr_db(got, want) -> float:
+    """The signal-to-quantization-noise ratio of ``got`` against ``want`` in decibels,
+    ``10 log10(sum want**2 / sum (got - want)**2)`` over every output together: ``inf`` when they
+    are equal, ``-inf`` when the shapes differ or ``want`` is all zeros but ``got`` is not. Each
+    bit of an ideal uniform quantizer adds about 6 dB; an int8 program within 1% of its float
+    reference in RMS error scores 40 dB.
+
+    >>> sqnr_db(np.array([1.0, -1.0]), np.array([1.0, -1.0]))
+    inf
+    >>> round(sqnr_db(np.array([1.1, -0.9]), np.array([1.0, -1.0])), 6)
+    20.0
+    """
+    a, b = _flatten(got), _flatten(want)
+    if len(a) != len(b) or any(x.shape != y.shape for x, y in zip(a, b)):
+        return float("-inf")
+    signal = sum(float(np.sum(np.square(y.astype("float64")))) for y in b)
+    noise = sum(float(np.sum(np.square(x.astype("float64") - y.astype("float64")))) for x, y in zip(a, b))
+    if not np.isfinite(noise):
+        return float("-inf")
+    if noise == 0.0:
+        return float("inf")
+    if signal == 0.0:
+        return float("-inf")
+    return 10.0 * float(np.log10(signal / noise))
+
+
 def _random_inputs(main, seed: int, where: str) -> dict:
     """Seeded random arrays for the parameters of the (type-checked) function ``main``."""
     from ..ir.types import TensorType
@@ -145,6 +173,24 @@ def _random_inputs(main, seed: int, where: str) -> dict:
             raise ValueError(f"{where}: input %{p.name_hint}: no random values for dtype {dtype}; "
                              f"give its value in `inputs=`")
     return inputs
+
+
+#: Where a quantized configuration may run: the interpreter (the reference) and the target kinds
+#: whose code generators compile the realized program's int8 x int8 -> int32 (and int16)
+#: conv2d and dense, checked against the interpreter on resnet18 and the digits CNN. The OpenCL
+#: target (PoCL's CPU device) compiles them exactly too.
+QUANTIZED_TARGETS = ("interpreter", "llvm", "opencl")
+
+#: The bits the widget offers: input and weight / accumulator, as qconfig knobs.
+PRECISIONS = {
+    "8/32": {"nbit_input": 8, "nbit_weight": 8, "nbit_activation": 32,
+             "dtype_input": "int8", "dtype_weight": "int8", "dtype_activation": "int32"},
+    "8/16": {"nbit_input": 8, "nbit_weight": 8, "nbit_activation": 16,
+             "dtype_input": "int8", "dtype_weight": "int8", "dtype_activation": "int16"},
+}
+
+#: The calibrate modes that read a data set (the others need none).
+_DATA_MODES = ("max", "percentile", "kl_divergence")
 
 
 def _known_targets() -> tuple:
@@ -201,11 +247,43 @@ class PassExplorer:
     disabled, so the program compiled is exactly the one shown, pass order included, and times it
     with ``GraphModule.benchmark`` (median). Every configuration's result is checked against the
     interpreter on the unoptimized program; :attr:`results` keeps one row per timing.
+
+    **Quantization** (:meth:`set_quantize`, the "quantize" check box, or ``quantize=True`` or a
+    dict of qconfig knobs here): the pipeline then starts with :func:`relaybench.quantize.quantize`
+    under ``qconfig(**knobs)``, run inside the explorer's context, so its passes are recorded
+    like the others and the stepper shows QuantizePrerequisites' passes that changed something,
+    then QuantizeAnnotate, QuantizeCalibrate, QuantizeRealize and the FoldConstant that makes the
+    weights int8. The knobs are Relay's defaults (the first conv2d and every dense left in float)
+    changed by those given; the widget offers the calibrate mode, the bits (:data:`PRECISIONS`:
+    8/32 or 8/16), the global scale, and whether the first conv2d and the dense layers are
+    quantized. The data-driven calibrate modes read ``dataset`` (an iterable of input dicts)
+    or, without one, ``calibration_samples`` seeded random input dicts (seeds ``seed + 1`` on, so
+    the input timed is not among them). The quantized program is compared with two references:
+    the interpreter on the quantized program (:meth:`quantized_reference`; integer arithmetic,
+    so it must agree as closely as a float program does) and the interpreter on the float
+    program, from which it differs by quantization error: the row's ``sqnr_db``
+    (:func:`sqnr_db`) must reach ``min_sqnr_db`` (20 dB: an RMS error within 10% of the signal's;
+    a well-calibrated 8/32 program scores 30 to 45 dB). A quantized configuration runs on
+    :data:`QUANTIZED_TARGETS` only.
+
+    >>> import numpy as np
+    >>> v, w = rb.var("v", shape=(1, 8)), rb.var("w", shape=(4, 8))
+    >>> weights = {"w": np.linspace(-1, 1, 32, dtype="float32").reshape(4, 8)}
+    >>> explorer = PassExplorer(rb.Function([v, w], op.nn.dense(v, w)), weights,
+    ...                         targets=("interpreter",))
+    >>> explorer.set_quantize(True, calibrate_mode="max", skip_dense_layer=False, skip_conv_layers=None)
+    >>> explorer.run()
+    >>> [r.name for r in explorer.steps if r.name.startswith("Quantize")]
+    ['QuantizeAnnotate', 'QuantizeCalibrate', 'QuantizeRealize']
+    >>> row = explorer.time("interpreter")
+    >>> row["quantized"], row["matches"], row["sqnr_db"] > 30
+    ('int8/int32, max on 4 random inputs', True, True)
     """
 
     def __init__(self, mod, params: Optional[dict] = None, *, opt_level: int = 3, pipeline=None,
                  targets: Optional[Sequence[str]] = None, inputs: Optional[dict] = None,
-                 seed: int = 0, auto_run: bool = True):
+                 seed: int = 0, auto_run: bool = True, quantize=False, dataset=None,
+                 calibration_samples: int = 4, min_sqnr_db: float = 20.0):
         from ..ir.expr import Function
         from ..ir.module import IRModule
         from ..passes import InferType
@@ -242,7 +320,27 @@ class PassExplorer:
         self._graph_cache: dict = {}
         self._diffs: dict = {}
         self._quiet = False
+        self.quantize = False
+        self.quantized = None
+        self.min_sqnr_db = float(min_sqnr_db)
+        if isinstance(calibration_samples, bool) or not isinstance(calibration_samples, (int, np.integer)) \
+                or calibration_samples < 1:
+            raise ValueError(f"PassExplorer: calibration_samples must be a positive int, got "
+                             f"{calibration_samples!r}")
+        self.calibration_samples = int(calibration_samples)
+        self._qknobs: dict = {}
+        self._dataset = None
+        self._dataset_version = 0
+        self._random_dataset = None
+        self._quantized_references: dict = {}
+        self._syncing = False
         self._build_widgets(opt_level)
+        if not isinstance(quantize, (bool, dict)):
+            raise TypeError(f"PassExplorer: quantize is True, False or a dict of qconfig knobs, not "
+                            f"{type(quantize).__name__}")
+        if quantize is not False or dataset is not None:
+            knobs = dict(quantize) if isinstance(quantize, dict) else {}
+            self.set_quantize(quantize is not False, dataset=dataset, **knobs)
         self._show_step()
 
     # ---- the pipeline ---------------------------------------------------------------------------
@@ -286,7 +384,129 @@ class PassExplorer:
                        f"{', '.join(self.pass_names)}")
 
     def _config(self) -> tuple:
-        return (tuple(self.enabled), self.opt_level)
+        return (tuple(self.enabled), self.opt_level, self._quantize_key())
+
+    # ---- quantization ---------------------------------------------------------------------------
+    @property
+    def qconfig(self):
+        """The :class:`~relaybench.quantize.QConfig` quantization runs under (Relay's defaults
+        changed by the knobs given to :meth:`set_quantize`)."""
+        from ..quantize.qconfig import QConfig
+        return QConfig(**self._qknobs)
+
+    @property
+    def quantize_knobs(self) -> dict:
+        """The qconfig knobs that differ from Relay's defaults."""
+        return dict(self._qknobs)
+
+    def set_quantize(self, enabled: bool = True, *, precision: Optional[str] = None, dataset=None,
+                     **knobs) -> None:
+        """Turn quantization on or off and change its qconfig; re-runs when a run has happened
+        and the configuration changed (what the widget's quantization controls call).
+
+        ``precision``: a key of :data:`PRECISIONS` (``"8/32"``, ``"8/16"``), the bits of
+        inputs and weights / accumulators; ``knobs``: any :func:`relaybench.quantize.qconfig`
+        knob (``calibrate_mode``, ``global_scale``, ``skip_conv_layers``, ``skip_dense_layer``,
+        ...), checked here, kept for later calls until changed; ``dataset``: the calibration
+        data, an iterable of input dicts (kept too).
+        """
+        from ..quantize.qconfig import QCONFIG_DEFAULTS, QConfig
+        merged = dict(self._qknobs)
+        if precision is not None:
+            if precision not in PRECISIONS:
+                raise ValueError(f"PassExplorer.set_quantize: precision {precision!r} is not one of "
+                                 f"{', '.join(repr(p) for p in PRECISIONS)}")
+            merged.update(PRECISIONS[precision])
+        merged.update(knobs)
+        try:
+            cfg = QConfig(**merged)
+        except ValueError as err:
+            raise ValueError(f"PassExplorer.set_quantize: {err}") from None
+        if dataset is not None:
+            self._dataset = self._check_dataset(dataset)
+            self._dataset_version += 1
+        self._qknobs = {k: v for k, v in cfg.as_dict().items() if v != QCONFIG_DEFAULTS[k]}
+        self.quantize = bool(enabled)
+        self._sync_quantize_widgets()
+        if self._config() != self._ran_config:
+            self._changed()
+
+    def _check_dataset(self, dataset) -> list:
+        if isinstance(dataset, dict) or not hasattr(dataset, "__iter__"):
+            raise TypeError(f"PassExplorer: dataset is an iterable of input dicts, not "
+                            f"{type(dataset).__name__}")
+        items = list(dataset)
+        if not items:
+            raise ValueError("PassExplorer: the dataset is empty")
+        names = [p.name_hint for p in self.mod["main"].params]
+        for index, item in enumerate(items):
+            if not isinstance(item, dict):
+                raise TypeError(f"PassExplorer: dataset item {index} is a {type(item).__name__}, "
+                                f"not a dict of inputs")
+            missing = [n for n in names if n not in item]
+            if missing:
+                raise ValueError(f"PassExplorer: dataset item {index} lacks the input {missing[0]!r} "
+                                 f"of @main (inputs: {', '.join(names)})")
+        return items
+
+    def calibration_dataset(self) -> Optional[list]:
+        """The input dicts QuantizeCalibrate reads: the ``dataset`` given, else, for the
+        data-driven calibrate modes, ``calibration_samples`` seeded random input dicts (seeds
+        ``seed + 1``, ``seed + 2``, ...); None for ``global_scale``, which reads none."""
+        if self._dataset is not None:
+            return self._dataset
+        if self.qconfig.calibrate_mode not in _DATA_MODES:
+            return None
+        if self._random_dataset is None:
+            main = self.mod["main"]
+            try:
+                self._random_dataset = [_random_inputs(main, self.seed + 1 + i, "PassExplorer calibration")
+                                        for i in range(self.calibration_samples)]
+            except ValueError as err:
+                raise ValueError(f"{err} (or give the calibration data in `dataset=`)") from None
+        return self._random_dataset
+
+    def _quantize_key(self):
+        if not self.quantize:
+            return None
+        return (tuple(sorted(self._qknobs.items())), self._dataset_version)
+
+    def _quantize_label(self) -> str:
+        """How the program is quantized, for the results: bits, calibrate mode and data."""
+        if not self.quantize:
+            return ""
+        cfg = self.qconfig
+        text = f"{cfg.dtype_input}/{cfg.dtype_activation}, "
+        if cfg.calibrate_mode == "global_scale":
+            return text + f"global_scale={cfg.global_scale:g}"
+        data = self.calibration_dataset()
+        source = "given" if self._dataset is not None else "random"
+        return text + f"{cfg.calibrate_mode} on {len(data)} {source} inputs"
+
+    def _quantized_module(self):
+        """:attr:`mod` quantized by :func:`relaybench.quantize.quantize` under :attr:`qconfig`,
+        in the current pass context (whose instruments see every pass)."""
+        from ..quantize import qconfig, quantize
+        dataset = self.calibration_dataset()
+        with qconfig(**self._qknobs):
+            return quantize(self.mod, None, dataset)
+
+    def quantized_reference(self):
+        """The interpreter's result on the quantized program (the last run's
+        :attr:`quantized`), kept per quantization configuration."""
+        if self.quantized is None:
+            raise ValueError("PassExplorer.quantized_reference: quantization is off or has not run")
+        key = self._ran_config[2]
+        if key not in self._quantized_references:
+            from ..backends.executor import create_executor
+            run = create_executor("interpreter", mod=self.quantized).evaluate()
+            self._quantized_references[key] = run(**self.inputs)
+        return self._quantized_references[key]
+
+    def _time_targets(self) -> list:
+        """The targets "Time it" offers now: the explorer's, those with int8 kernels when
+        quantized."""
+        return [t for t in self.targets if not self.quantize or t in QUANTIZED_TARGETS]
 
     def _pipeline(self):
         from ..passes.pipelines import build_pipeline
@@ -318,24 +538,28 @@ class PassExplorer:
     # ---- running --------------------------------------------------------------------------------
     def run(self) -> None:
         """Run the checked passes in order under ``PassContext(opt_level, instruments=[Snapshots()])``
-        and show the last pass that changed the program."""
+        (after quantization when it is on) and show the last pass that changed the program."""
         from ..passes.infra import PassContext
         from ..passes.instruments import Snapshots
         snaps = Snapshots()
         pipeline = self._pipeline()
         self._graph_cache.clear()   # the views of the last run's programs
         self._diffs.clear()
-        self._status(f"running {len(pipeline.passes)} passes at opt_level {self.opt_level} ...")
+        quantizing = "quantization, then " if self.quantize else ""
+        self._status(f"running {quantizing}{len(pipeline.passes)} passes at opt_level {self.opt_level} ...")
         with PassContext(opt_level=self.opt_level, instruments=[snaps]):
-            final = pipeline(self.mod)
+            quantized = self._quantized_module() if self.quantize else None
+            final = pipeline(quantized if quantized is not None else self.mod)
         self.snapshots = snaps
+        self.quantized = quantized
         self.final = final
         self.steps = [r for r in snaps.changed() if r.depth == 1]
         self._ran_config = self._config()
         self.run_count += 1
         ran = len([r for r in snaps.ran() if r.depth == 1])
         skipped = len([r for r in snaps.skipped() if r.depth == 1])
-        self._status(f"run {self.run_count}: {ran} passes ran, {skipped} skipped, "
+        quantized = f" (quantized: {html.escape(self._quantize_label())})" if self.quantize else ""
+        self._status(f"run {self.run_count}{quantized}: {ran} passes ran, {skipped} skipped, "
                      f"{len(self.steps)} changed the program")
         self.pass_table.value = snaps.table()._repr_html_()
         n = len(self.steps)
@@ -423,6 +647,7 @@ class PassExplorer:
                 else f"{rec.ops_before} (same)"
             nodes = f"{rec.nodes_before} &rarr; {rec.nodes_after}"
             self.step_label.value = (f"<p>step {self._step + 1} of {total}: <b>{html.escape(rec.label)}</b>"
+                                     f"{self._sequence_note(rec)}"
                                      f" &nbsp; operators {ops} &nbsp; nodes {nodes} &nbsp; "
                                      f"{rec.seconds * 1e3:.2f} ms{self._change_summary(rec)}</p>")
             self.ir_html.value = _diff_html(rec, self._diff(rec))
@@ -430,6 +655,15 @@ class PassExplorer:
         self.graph_html.value = self._graph()[0]
         self.prev_button.disabled = rec is None or self._step == 0
         self.next_button.disabled = rec is None or self._step >= total - 1
+
+    def _sequence_note(self, rec) -> str:
+        """`` (in Quantize)`` for a step run by quantization's sequences (the explorer's own
+        pipeline goes unnamed)."""
+        records = self.snapshots.records if self.snapshots is not None else []
+        for parent in reversed(records[:rec.index]):
+            if parent.depth < rec.depth:
+                return "" if parent.name == "explorer" else f" (in {html.escape(parent.name)})"
+        return ""
 
     def _diff(self, rec):
         """:func:`relaybench.viz.diff` of a step (kept), or None when that view is unavailable."""
@@ -470,8 +704,13 @@ class PassExplorer:
         dropdown); appends a row to :attr:`results` and returns it.
 
         The row: ``#``, ``target``, ``opt_level``, ``passes`` (the checked ones, in order),
-        ``disabled``, ``latency_ms`` (median), ``speedup`` (over the first row), ``max_abs_error``
-        and ``matches`` (whether the result equals the interpreter's on the unoptimized program).
+        ``disabled``, ``quantized`` (how, or ""), ``latency_ms`` (median), ``speedup`` (over the
+        first row), ``max_abs_error`` and ``sqnr_db`` against the interpreter on the unoptimized
+        float program, and ``matches``: for a float configuration, whether the result equals
+        that interpreter's (within 1e-4, relative to the output's magnitude); for a quantized
+        one, whether it equals the interpreter's on the quantized program to that tolerance
+        (``matches_quantized``, with ``quantized_max_abs_error``) and is within quantization
+        error of the float result (``sqnr_db >= min_sqnr_db``).
         """
         from ..backends.executor import create_executor
         from ..passes.pipelines import DEFAULT_PASSES
@@ -479,6 +718,9 @@ class PassExplorer:
         if target not in self.targets:
             raise ValueError(f"PassExplorer.time: unknown target {target!r}; this explorer runs on "
                              f"{', '.join(self.targets)}")
+        if self.quantize and target not in QUANTIZED_TARGETS:
+            raise ValueError(f"PassExplorer.time: target {target!r} has no int8 kernels; a quantized "
+                             f"configuration runs on {', '.join(self._time_targets())}")
         if self._ran_config != self._config():
             self.run()
         mod = self.final
@@ -513,28 +755,56 @@ class PassExplorer:
         first = self.results[0]["latency_ms"] if self.results else latency
         row = {"#": len(self.results), "target": target, "opt_level": self.opt_level,
                "passes": tuple(self.enabled), "disabled": tuple(self.disabled),
+               "quantized": self._quantize_label(),
                "latency_ms": latency, "speedup": first / latency if latency > 0 else float("inf"),
-               "max_abs_error": _max_error(output, reference),
-               "matches": _agrees(output, reference)}
+               "max_abs_error": _max_error(output, reference), "sqnr_db": sqnr_db(output, reference)}
+        note = ""
+        if self.quantize:
+            qref = self.quantized_reference()
+            row["quantized_max_abs_error"] = _max_error(output, qref)
+            row["matches_quantized"] = _agrees(output, qref)
+            within = row["sqnr_db"] >= self.min_sqnr_db
+            row["matches"] = row["matches_quantized"] and within
+            if not row["matches_quantized"]:
+                note = " &mdash; <b>the result differs from the interpreter's on the quantized program</b>"
+            elif not within:
+                note = (f" &mdash; <b>SQNR {row['sqnr_db']:.1f} dB against the float result, below "
+                        f"{self.min_sqnr_db:g} dB</b>")
+            else:
+                note = f", SQNR {row['sqnr_db']:.1f} dB against the float result"
+        else:
+            row["matches"] = _agrees(output, reference)
+            if not row["matches"]:
+                note = " &mdash; <b>the result differs from the interpreter's</b>"
         self.results.append(row)
         self._show_results()
-        self._status(f"{target}: {latency:.3f} ms" +
-                     ("" if row["matches"] else " &mdash; <b>the result differs from the interpreter's</b>"))
+        self._status(f"{target}: {latency:.3f} ms{note}")
         return row
 
     def results_table(self):
-        """:attr:`results` as a :class:`~relaybench.viz.Table` (order shown only when changed)."""
+        """:attr:`results` as a :class:`~relaybench.viz.Table` (order shown only when changed;
+        a quantized row's error and SQNR are against the float program, its verdict says whether
+        it is within quantization error)."""
         from .table import Table
         original = [e["label"] for e in sorted(self._entries, key=lambda e: self._order[e["label"]])]
         rows = []
         for r in self.results:
             in_order = [p for p in original if p in r["passes"]]
             order = "pipeline order" if list(r["passes"]) == in_order else " → ".join(r["passes"])
+            if not r["quantized"]:
+                verdict = "yes" if r["matches"] else "NO"
+            elif r["matches"]:
+                verdict = "yes, within quantization error"
+            elif not r["matches_quantized"]:
+                verdict = "NO: differs from the quantized program"
+            else:
+                verdict = "NO: too far from the float result"
             rows.append({"#": r["#"], "target": r["target"], "opt_level": r["opt_level"],
+                         "quantized": r["quantized"] or "-",
                          "disabled": ", ".join(r["disabled"]) or "-", "order": order,
                          "latency (ms)": f"{r['latency_ms']:.3f}", "speedup": f"{r['speedup']:.2f}x",
-                         "max |error|": f"{r['max_abs_error']:.2g}",
-                         "matches interpreter": "yes" if r["matches"] else "NO"})
+                         "max |error|": f"{r['max_abs_error']:.2g}", "SQNR (dB)": f"{r['sqnr_db']:.1f}",
+                         "matches interpreter": verdict})
         return Table(rows)
 
     def _show_results(self) -> None:
@@ -573,6 +843,7 @@ class PassExplorer:
         self.auto_run_box.observe(lambda change: setattr(self, "auto_run", change["new"]), names="value")
         self.status = w.HTML()
         self.status.add_class("rb-status")
+        quantize_box = self._build_quantize_widgets(w)
 
         self.prev_button = w.Button(description="prev", icon="step-backward", layout=w.Layout(width="80px"))
         self.next_button = w.Button(description="next", icon="step-forward", layout=w.Layout(width="80px"))
@@ -616,7 +887,7 @@ class PassExplorer:
             w.HTML("<h4>Passes</h4>"),
             w.HBox([self.pass_box,
                     w.VBox([w.HBox([self.move_select, self.up_button, self.down_button]),
-                            self.opt_level_slider,
+                            self.opt_level_slider, quantize_box,
                             w.HBox([self.run_button, self.auto_run_box]), self.status])]),
             w.HTML("<h4>Step through the passes that changed the program</h4>"),
             w.HBox([self.prev_button, self.step_slider, self.next_button]),
@@ -626,6 +897,82 @@ class PassExplorer:
             self.results_html,
         ])
         self.widget.add_class("rb-pass-explorer")
+
+    def _build_quantize_widgets(self, w):
+        """The quantization controls: the toggle, the calibrate mode, the bits, the global
+        scale, and whether the first conv2d and the dense layers are quantized. Each calls
+        :meth:`set_quantize` with its knob."""
+        from ..quantize.qconfig import _CALIBRATE_MODES
+        self.quantize_box = w.Checkbox(value=False, description="quantize (annotate, calibrate, realize)",
+                                       indent=False, layout=w.Layout(width="auto"))
+        self.quantize_box.add_class("rb-quantize")
+        self.calibrate_dropdown = w.Dropdown(options=list(_CALIBRATE_MODES), description="calibrate",
+                                             layout=w.Layout(width="260px"))
+        self.precision_dropdown = w.Dropdown(options=list(PRECISIONS), description="bits",
+                                             layout=w.Layout(width="180px"))
+        self.global_scale_text = w.BoundedFloatText(value=8.0, min=1e-6, max=1e9, description="global scale",
+                                                    layout=w.Layout(width="200px"))
+        self.quantize_first_conv_box = w.Checkbox(value=False, description="quantize the first conv2d",
+                                                  indent=False, layout=w.Layout(width="auto"))
+        self.quantize_dense_box = w.Checkbox(value=False, description="quantize nn.dense", indent=False,
+                                             layout=w.Layout(width="auto"))
+
+        def on(widget, knobs_of):
+            def changed(change):
+                if not self._syncing:
+                    self._click(lambda: self.set_quantize(self.quantize, **knobs_of(change["new"])))
+            widget.observe(changed, names="value")
+
+        def toggled(change):
+            if not self._syncing:
+                self._click(lambda: self.set_quantize(change["new"]))
+
+        self.quantize_box.observe(toggled, names="value")
+        on(self.calibrate_dropdown, lambda v: {"calibrate_mode": v})
+        on(self.precision_dropdown, lambda v: {"precision": v})
+        on(self.global_scale_text, lambda v: {"global_scale": v})
+        on(self.quantize_first_conv_box, lambda v: {"skip_conv_layers": None if v else (0,)})
+        on(self.quantize_dense_box, lambda v: {"skip_dense_layer": not v})
+        box = w.VBox([self.quantize_box,
+                      w.HBox([self.calibrate_dropdown, self.precision_dropdown, self.global_scale_text]),
+                      w.HBox([self.quantize_first_conv_box, self.quantize_dense_box])])
+        box.add_class("rb-quantize-options")
+        self._sync_quantize_widgets()
+        return box
+
+    def _sync_quantize_widgets(self) -> None:
+        """Show the quantization state in its controls (without their observers firing), and
+        offer "Time it" on the targets that can run it."""
+        cfg = self.qconfig
+        self._syncing = True
+        try:
+            self.quantize_box.value = self.quantize
+            self.calibrate_dropdown.value = cfg.calibrate_mode
+            precision = f"{cfg.nbit_input}/{cfg.nbit_activation}"
+            chosen = {k: getattr(cfg, k) for k in PRECISIONS["8/32"]}
+            if PRECISIONS.get(precision) != chosen:   # knobs given one by one: show them as they are
+                precision = f"{cfg.dtype_input}:{cfg.nbit_input}/{cfg.dtype_activation}:{cfg.nbit_activation}"
+            options = list(PRECISIONS) + ([precision] if precision not in PRECISIONS else [])
+            if list(self.precision_dropdown.options) != options:
+                self.precision_dropdown.options = options
+            self.precision_dropdown.value = precision
+            self.global_scale_text.value = cfg.global_scale
+            self.quantize_first_conv_box.value = cfg.skip_conv_layers is None or 0 not in cfg.skip_conv_layers
+            self.quantize_dense_box.value = not cfg.skip_dense_layer
+            for control in (self.calibrate_dropdown, self.precision_dropdown, self.quantize_first_conv_box,
+                            self.quantize_dense_box):
+                control.disabled = not self.quantize
+            self.global_scale_text.disabled = not self.quantize or cfg.calibrate_mode != "global_scale"
+            dropdown = getattr(self, "target_dropdown", None)
+            if dropdown is not None:
+                targets = self._time_targets()
+                if list(dropdown.options) != targets:
+                    value = dropdown.value
+                    dropdown.options = targets
+                    if targets:
+                        dropdown.value = value if value in targets else targets[-1]
+        finally:
+            self._syncing = False
 
     def _click(self, action) -> None:
         try:
@@ -649,8 +996,9 @@ class PassExplorer:
 
     def __repr__(self) -> str:
         state = f"{len(self.steps)} steps" if self.snapshots is not None else "not run"
+        quantized = f", quantized {self._quantize_label()}" if self.quantize else ""
         return (f"PassExplorer({len(self.enabled)} of {len(self._entries)} passes, "
-                f"opt_level {self.opt_level}, {state}, {len(self.results)} timings)")
+                f"opt_level {self.opt_level}{quantized}, {state}, {len(self.results)} timings)")
 
 
 # ---------------------------------------------------------------------------------------------

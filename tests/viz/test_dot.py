@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 
 import relaybench as rb
-from relaybench.ir import Call, Constant, Function, Op, Tuple, TupleGetItem, var
+from relaybench.ir import Call, Constant, Function, Op, Tuple, TupleGetItem, Var, var
 from relaybench.ir.functor import post_order
 from relaybench.op.registry import OpPattern
 from relaybench.passes.fuse_ops import fused_groups
 from relaybench.viz import render_svg, to_dot
-from relaybench.viz.dot import PATTERN_COLORS, GraphvizError, RelayDigraph, legend
+from relaybench.viz.dot import (DTYPE_COLORS, PATTERN_COLORS, GraphvizError, RelayDigraph, dtype_class, edge_style,
+                                 legend)
 
 HEADER = '#[version = "0.0.5"]\n'
 NODE = re.compile(r"^\s*(n\d+) \[(.*)\]$")
@@ -237,7 +238,9 @@ def test_digraph_displays_through_graphviz_pure():
     assert set(bundle) == {"image/svg+xml"}
     assert bundle["image/svg+xml"].count('class="node"') == 11
     assert g.pipe(format="svg", encoding="utf-8").count('class="node"') == 11
-    assert legend().pipe(format="svg").count(b'class="node"') == 8
+    # 6 pattern kinds, the layout and quantization borders, and two dots per dtype-class edge
+    svg = legend().pipe(format="svg")
+    assert svg.count(b'class="node"') == 8 + 2 * 5 and svg.count(b'class="edge"') == 5
 
 
 def test_missing_executable_is_named(monkeypatch, tmp_path):
@@ -303,3 +306,125 @@ def test_highlight_rules_by_name():
         assert is_quantize_op(name), name
     for name in ("nn.conv2d", "quantile", "cast"):
         assert not is_quantize_op(name), name
+
+
+# ---------------------------------------------------------------------------------------------
+# Edges colored by dtype: the int8 region of a quantized program
+
+
+def edge_attrs_of(g):
+    """[(tail label, head label, {attribute: value})] of the DOT source, labels' first lines."""
+    first = {n: label_of(a).split("\\n")[0] for n, a in nodes_of(g).items()}
+    out = []
+    for line in g.source.splitlines():
+        m = EDGE.match(line)
+        if m:
+            attrs = dict(re.findall(r'(\w+)=("[^"]*"|\S+)', m.group(3) or ""))
+            attrs = {k: v.strip('"') for k, v in attrs.items()}
+            out.append((first[m.group(1)], first[m.group(2)], attrs))
+    return out
+
+
+def expected_uses(mod):
+    """Each use of a value by a call of ``@main`` as (producer, consumer op, dtype), from a walk
+    over the type-checked IR: the producer named as the drawing names it (``%x``, ``const
+    (shape)``, the operator)."""
+    main = rb.passes.InferType()(mod)["main"]
+    uses = []
+    for e in post_order(main.body):
+        if not isinstance(e, Call):
+            continue
+        for a in e.args:
+            if isinstance(a, Var):
+                name = "%" + a.name_hint
+            elif isinstance(a, Constant):
+                name = "const (" + ", ".join(str(d) for d in a.data.shape) + ")"
+            else:
+                name = a.op.name
+            uses.append((name, e.op.name, a.checked_type.dtype))
+    return uses
+
+
+CONV1 = """
+def @main(%x: Tensor[(1, 3, 8, 8), float32], %w: Tensor[(4, 3, 3, 3), float32]) {
+  nn.conv2d(%x, %w, padding=[1, 1, 1, 1])
+}"""
+
+
+def _quantized_conv(**knobs):
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((4, 3, 3, 3)).astype("float32")
+    with rb.quantize.qconfig(skip_conv_layers=None, global_scale=4.0, **knobs):
+        return rb.quantize.quantize(parse(CONV1), params={"w": w})
+
+
+@pytest.mark.parametrize("accumulator", ["int32", "int16"])
+def test_quantized_conv_edges_are_colored_by_the_inferred_dtype(accumulator):
+    from collections import Counter
+    nbit = {"int32": 32, "int16": 16}[accumulator]
+    qmod = _quantized_conv(nbit_activation=nbit, dtype_activation=accumulator)
+    uses = expected_uses(qmod)
+    # the realized program by hand: the data and the weight enter the conv2d as int8, its
+    # accumulator leaves it as int32 (int16), everything else is float32
+    assert sorted((p, c) for p, c, d in uses if d == "int8") == [("cast", "nn.conv2d"),
+                                                                  ("const (4, 3, 3, 3)", "nn.conv2d")]
+    assert [(p, c) for p, c, d in uses if d == accumulator] == [("nn.conv2d", "cast")]
+    assert {d for p, c, d in uses} == {"int8", accumulator, "float32"}
+    color = {"int8": DTYPE_COLORS["int8"][0], accumulator: DTYPE_COLORS[accumulator][0], "float32": None}
+    drawn = edge_attrs_of(to_dot(qmod))
+    assert Counter((p, c, color[d]) for p, c, d in uses) == Counter((p, c, a.get("color")) for p, c, a in drawn)
+    # the three integer classes and float32 are told apart, with the int8 pen the widest
+    colors = {DTYPE_COLORS[k][0] for k in ("int8", "int16", "int32", "float16", "float32")}
+    assert len(colors) == 5
+    assert DTYPE_COLORS["int8"][1] > max(DTYPE_COLORS[k][1] for k in ("int16", "int32", "float32"))
+    for p, c, a in drawn:
+        if a.get("color") is not None:
+            assert a["fontcolor"] == a["color"] and float(a["penwidth"]) > 1
+        else:
+            assert "fontcolor" not in a and "penwidth" not in a and a["label"].endswith("float32")
+
+
+def test_edge_colors_by_dtype_class():
+    from relaybench.ir.types import TensorType, TupleType
+    program = parse("""
+def @main(%x: Tensor[(2, 2), float32]) {
+  %0 = cast(%x, dtype="uint8");
+  %1 = cast(%0, dtype="bfloat16");
+  %2 = cast(%1, dtype="float16");
+  %3 = cast(%2, dtype="int64");
+  %4 = cast(%3, dtype="uint16");
+  %5 = cast(%4, dtype="uint32");
+  %6 = greater(%5, 1u32);
+  %7 = cast(%6, dtype="float64");
+  cast(%7, dtype="float32")
+}""")
+    drawn = {a["label"].split(" ")[-1]: a.get("color") for _, _, a in edge_attrs_of(to_dot(program))}
+    assert drawn == {"float32": None, "uint8": DTYPE_COLORS["int8"][0], "bfloat16": DTYPE_COLORS["float16"][0],
+                     "float16": DTYPE_COLORS["float16"][0], "int64": None, "uint16": DTYPE_COLORS["int16"][0],
+                     "uint32": DTYPE_COLORS["int32"][0], "bool": None, "float64": None}
+    assert dtype_class(TupleType([TensorType((2,), "int8"), TensorType((3,), "uint8")])) == "int8"
+    assert dtype_class(TupleType([TensorType((2,), "int8"), TensorType((3,), "float32")])) is None
+    assert edge_style(TensorType((2,), "float32")) == {} and edge_style(None) == {}
+    # without types nothing is labelled or colored
+    assert all(a == {} for _, _, a in edge_attrs_of(to_dot(program, types=False)))
+
+
+def test_quantized_program_renders_its_int8_edges():
+    qmod = _quantized_conv()
+    svg = render_svg(to_dot(qmod))
+    edges = re.findall(r'<g id="edge\d+" class="edge">.*?</g>', svg, re.S)
+    int8 = [e for e in edges if f'stroke="{DTYPE_COLORS["int8"][0]}"' in e]
+    int32 = [e for e in edges if f'stroke="{DTYPE_COLORS["int32"][0]}"' in e]
+    assert len(edges) == len(expected_uses(qmod))
+    assert len(int8) == 2 and len(int32) == 1
+    assert all("int8" in e for e in int8) and "int32" in int32[0]
+
+
+def test_fused_quantized_program_keeps_the_colors():
+    qmod = _quantized_conv()
+    fused = rb.passes.FuseOps(fuse_opt_level=2)(rb.passes.InferType()(qmod))
+    drawn = edge_attrs_of(to_dot(fused))
+    int8 = [(p, c) for p, c, a in drawn if a.get("color") == DTYPE_COLORS["int8"][0]]
+    # inside the conv2d's group the parameters are the int8 values; the weight enters as int8
+    assert ("cast", "nn.conv2d") in int8 and ("const (4, 3, 3, 3)", "nn.conv2d") in int8
+    assert all(a["label"].endswith("int8") for p, c, a in drawn if a.get("color") == DTYPE_COLORS["int8"][0])
