@@ -330,3 +330,21 @@ def @main(%x: Tensor[(1, 16, 10, 10), int8], %w: Tensor[(16, 16, 1, 1), int8]) {
     want = np.stack([np.stack([padded[0, :, 2 * i:2 * i + 3, 2 * j:2 * j + 3].max(axis=(1, 2))
                                for j in range(5)], -1) for i in range(5)], -2)[None]
     np.testing.assert_array_equal(np.asarray(lib.run(x=x, w=wt)), np.clip(want, -100, 100))
+
+
+@pytest.mark.skipif(not HAS_VNNI, reason="the host has no AVX-512 VNNI")
+@pytest.mark.parametrize("c,h,k,pad,stride", [(32, 9, 3, 1, 1), (24, 11, 3, 1, 2), (16, 8, 5, 2, 1),
+                                              (16, 7, 4, 1, 1)])
+def test_vnni_depthwise_sums_four_taps_per_step_exactly(c, h, k, pad, stride):
+    """On the vnni path a depthwise int8 convolution's kernel is widened to a multiple of 4 taps
+    (zero weights, one more column of right padding each) and each step of ``vpdpbusd`` sums 4
+    taps of a row; the output equals the exact integer formula, stride, odd channel blocks and
+    kernel widths included."""
+    rng = np.random.default_rng(c + h + k)
+    mod = _conv_module(c, c, h, h, k, pad, stride, c, "int8", "int8")
+    x, wt = _random(rng, (1, c, h, h), "int8"), _random(rng, (c, 1, k, k), "int8")
+    x[0, 0] = -128
+    wt[0] = -128
+    lib = _build(mod, "vnni")
+    assert "dot_sum(" in lib.source("loops") and "vpdpbusd" in lib.source("asm")
+    np.testing.assert_array_equal(np.asarray(lib.run(x=x, w=wt)), _conv_reference(x, wt, pad, stride, c))

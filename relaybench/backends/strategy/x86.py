@@ -119,9 +119,11 @@ def legalize_int8_conv2d(attrs, inputs, types):
     if not _vnni_applies(data_type, weight_type, out_type):
         return None
     if (attrs["data_layout"] != "NCHW" or attrs["kernel_layout"] != "OIHW"
-            or attrs["out_layout"] not in ("", "NCHW") or attrs["groups"] != 1
+            or attrs["out_layout"] not in ("", "NCHW")
             or not data_type.is_static or not weight_type.is_static):
         return None
+    if attrs["groups"] != 1:
+        return _legalize_int8_depthwise(attrs, inputs, data_type, weight_type)
     data, weight = inputs
     channels = int(data_type.shape[1])
     if channels % 4:
@@ -134,6 +136,35 @@ def legalize_int8_conv2d(attrs, inputs, types):
         shifted = op.nn.pad(shifted, const(128, "uint8"),
                             pad_width=((0, 0), (0, 0), (top, bottom), (left, right)))
     conv = op.nn.conv2d(shifted, weight, **dict(attrs, padding=(0, 0, 0, 0)))
+    sums = op.sum(op.cast(weight, dtype="int32"), axis=(1, 2, 3))
+    correction = op.reshape(op.multiply(sums, const(128, "int32")), newshape=(1, -1, 1, 1))
+    return op.subtract(conv, correction)
+
+
+def _legalize_int8_depthwise(attrs, inputs, data_type, weight_type):
+    """The depthwise case of :func:`legalize_int8_conv2d` (one group per channel, multiplier 1,
+    no dilation): the data shifted to uint8 and padded with 128 as there, and the kernel widened
+    with zero columns to a multiple of 4 taps (3x3 becomes 3x4) with one more column of right
+    padding per added tap, which leaves every output where it was; the depthwise ``dot_sum`` rule
+    then sums 4 taps of a row per ``vpdpbusd`` step. (Keeping the data int8, with the padding
+    inside the kernel and the sign flips there, measured slower: an int8 row padded per output
+    row costs more than the separate padding pass over the tensor.)"""
+    from ... import op
+    from ...ir.builder import const
+    channels = int(data_type.shape[1])
+    if (attrs["groups"] != channels or int(weight_type.shape[0]) != channels
+            or int(weight_type.shape[1]) != 1 or tuple(attrs["dilation"]) != (1, 1)):
+        return None
+    data, weight = inputs
+    kw = int(weight_type.shape[3])
+    extra = -kw % 4
+    if extra:
+        weight = op.nn.pad(weight, const(0, "int8"), pad_width=((0, 0), (0, 0), (0, 0), (0, extra)))
+    top, left, bottom, right = (int(p) for p in attrs["padding"])
+    shifted = op.nn.pad(_shifted_to_uint8(data), const(128, "uint8"),
+                        pad_width=((0, 0), (0, 0), (top, bottom), (left, right + extra)))
+    kernel_size = (int(weight_type.shape[2]), kw + extra)
+    conv = op.nn.conv2d(shifted, weight, **dict(attrs, padding=(0, 0, 0, 0), kernel_size=kernel_size))
     sums = op.sum(op.cast(weight, dtype="int32"), axis=(1, 2, 3))
     correction = op.reshape(op.multiply(sums, const(128, "int32")), newshape=(1, -1, 1, 1))
     return op.subtract(conv, correction)
@@ -229,6 +260,28 @@ def depthwise_conv2d_nchwc_compute(inputs, attrs, out_type):
         value = src[n, co, oh * sh + ry * dh, ow * sw + rx * dw, ci]
         return te.sum(_operand(value, dt) * _operand(weight[co, 0, ry, rx, 0, ci], dt),
                       axis=[ry, rx])
+    return te.compute(shape_of(out_type), body, name="depthwise_conv2d_NCHWc")
+
+
+def depthwise_conv2d_nchwc_int8_compute(inputs, attrs, out_type):
+    """Depthwise conv2d in NCHW{b}c x OIHW1i{b}o of uint8/int8 operands into int32 with a
+    kernel width that is a multiple of 4 (what the vnni Legalize makes): the taps of a row split
+    as ``4 * rxo + rcii``, the innermost ``rcii`` for ``dot_sum`` (each channel lane's 4
+    consecutive taps, ``b`` bytes apart in the data and in the weights)."""
+    data, weight = inputs
+    dt = out_type.dtype
+    sh, sw = attrs.strides
+    _, _, kh, kw, _, _ = weight.shape
+    src = _padded_rows_and_columns(data, attrs)
+    ry = te.reduce_axis(kh, name="ry")
+    rxo = te.reduce_axis(kw // 4, name="rxo")
+    rcii = te.reduce_axis(4, name="rcii")
+
+    def body(n, co, oh, ow, ci):
+        tap = rxo * 4 + rcii
+        value = src[n, co, oh * sh + ry, ow * sw + tap, ci]
+        return te.sum(_operand(value, dt) * _operand(weight[co, 0, ry, tap, 0, ci], dt),
+                      axis=[ry, rxo, rcii])
     return te.compute(shape_of(out_type), body, name="depthwise_conv2d_NCHWc")
 
 
@@ -342,6 +395,9 @@ def compute(call, target):
             return conv2d_nchwc_int8_compute
         return conv2d_nchwc_compute
     if kind == "depthwise_NCHWc":
+        kw = int(call.args[1].checked_type.shape[3])
+        if _int8_dot(call) and kw % 4 == 0 and tuple(call.attrs.dilation) == (1, 1):
+            return depthwise_conv2d_nchwc_int8_compute
         return depthwise_conv2d_nchwc_compute
     if call.op.name == "nn.dense":
         int8 = _int8_dot(call)
@@ -576,7 +632,7 @@ def _schedule_conv_nchwc(s, group, keep):
     conv_stage.vectorize(coci)
     for axis in dot:
         conv_stage.tensorize(axis)
-    if pad is not None and len(local.reduce_axis) == 2 and n.extent == 1:
+    if pad is not None and group.anchor.attrs.groups > 1 and n.extent == 1:
         # depthwise: the padded rows of one channel block, computed per output row, stay in L1
         # (a whole padded copy would cost a pass over memory for few flops)
         s[pad].compute_at(out_stage, rows)
