@@ -22,6 +22,8 @@ from .infra import (FunctionPass, ModulePass, Pass, PassContext, PassInfo, PassI
 # Imported eagerly: importing the submodule ``relaybench.passes.bind_params`` anywhere would
 # otherwise make the package attribute the module, not the function.
 from .bind_params import bind_params, bind_params_by_name  # noqa: E402,F401
+# Likewise the accelerator's graph_pack, named after its file.
+from .graph_pack import graph_pack  # noqa: E402,F401
 
 # modules of this package that hold infrastructure, not passes
 _NOT_PASSES = {"bind_params", "infra", "instruments", "pipelines", "pattern", "dataflow_pattern", "well_formed"}
