@@ -69,6 +69,8 @@ class CompileStats:
     from_disk: int = 0
     from_memory: int = 0
     opencl_compiled: int = 0
+    accel_kernels: int = 0     # groups run on the simulated accelerator
+    cpu_reasons: dict = field(default_factory=dict)   # accel target: group -> why on the CPU
 
     def __repr__(self) -> str:
         return (f"CompileStats({self.groups} groups, {self.kernels} kernels "
@@ -76,6 +78,7 @@ class CompileStats:
                 f"lower {self.lower_seconds:.2f} s, compile {self.compile_seconds:.2f} s, total "
                 f"{self.total_seconds:.2f} s; LLVM compiled {self.llvm_compiled}, "
                 + (f"OpenCL compiled {self.opencl_compiled}, " if self.opencl_compiled else "")
+                + (f"on the accelerator {self.accel_kernels}, " if self.accel_kernels else "")
                 + f"from the disk cache {self.from_disk}, from memory {self.from_memory})")
 
 
@@ -170,15 +173,26 @@ class GroupKernel:
 
     @property
     def pattern(self) -> str:
-        return self.lowered.pattern if self.lowered is not None else "OPAQUE"
+        if self.lowered is not None:
+            return self.lowered.pattern
+        return getattr(self.compiled, "pattern", "OPAQUE")
 
     @property
     def rule(self) -> str:
-        return self.lowered.rule if self.lowered is not None else "host (reference)"
+        if self.lowered is not None:
+            return self.lowered.rule
+        return getattr(self.compiled, "rule", "host (reference)")
 
     @property
     def flops(self) -> int:
-        return int(self.lowered.flops) if self.lowered is not None else 0
+        if self.lowered is not None:
+            return int(self.lowered.flops)
+        return int(getattr(self.compiled, "flops", 0))
+
+    @property
+    def accel(self) -> bool:
+        """Whether the group runs on the simulated accelerator."""
+        return hasattr(self.compiled, "simulated_seconds")
 
     @property
     def input_types(self) -> list:
@@ -308,10 +322,37 @@ def compile_groups(functions: Iterable[Function], target=None, stats: CompileSta
     return by_identity
 
 
+def _accel_kernel(func: Function, name: str, target: Target, stats: CompileStats):
+    """The group as an accelerator kernel when it qualifies (:func:`.accel.lower.plan_group`
+    and a tiling that fits the buffers), else None: it runs on the host CPU."""
+    from .accel.kernel import AccelKernel
+    from .accel.lower import choose_tiling, plan_group
+    config = target.accel_config()
+    t0 = time.perf_counter()
+    plan = plan_group(func, config)
+    why = plan if isinstance(plan, str) else None
+    if why is None:
+        tiling = choose_tiling(plan, config)
+        why = tiling if isinstance(tiling, str) else None
+    if why is not None:
+        stats.cpu_reasons[name] = why
+        return None
+    kernel = AccelKernel(name, func, plan, config)
+    seconds = time.perf_counter() - t0
+    stats.compile_seconds += seconds
+    stats.accel_kernels += 1
+    return GroupKernel(name, func, None, kernel, compile_seconds=seconds)
+
+
 def _compile_one(func: Function, name: str, target: Target, stats: CompileStats,
                  num_threads: Optional[int]) -> GroupKernel:
     from .lowering import lower_primitive
 
+    if target.kind == "accel":
+        found = _accel_kernel(func, name, target, stats)
+        if found is not None:
+            return found
+        target = target.host
     where = f"fused group {name}"
     t0 = time.perf_counter()
     try:
@@ -357,6 +398,23 @@ def _as_module(mod) -> IRModule:
     raise TypeError(f"build takes an IRModule or a Function, not {type(mod).__name__}")
 
 
+def _pack_for_accel(mod: IRModule, target: Target) -> IRModule:
+    """``mod`` through :func:`~relaybench.passes.graph_pack` with the design's batch and block,
+    unless it is packed already or has no int8 convolution to pack (it then runs on the CPU)."""
+    from ..passes import InferType
+    from ..passes.graph_pack import graph_pack
+    config = target.accel_config()
+    main = InferType()(mod)["main"]
+    convs = [n for n in post_order(main.body)
+             if isinstance(n, Call) and isinstance(n.op, Op) and n.op.name == "nn.conv2d"]
+    if any("n" in (c.attrs.data_layout or "").lower().replace("nchw", "") for c in convs):
+        return mod   # packed already
+    int8 = [c for c in convs if str(c.args[0].checked_type.dtype) == "int8"]
+    if not int8:
+        return mod
+    return graph_pack(mod, bfactor=config.batch, cfactor=config.block_out)
+
+
 def build(mod, target="llvm", params: Optional[dict] = None, opt_level: int = 3, *,
           instruments: Sequence = (), required_pass: Iterable[str] = (),
           disabled_pass: Iterable[str] = (), config: Optional[dict] = None,
@@ -388,6 +446,12 @@ def build(mod, target="llvm", params: Optional[dict] = None, opt_level: int = 3,
         # dataflow lets become graph edges, so FuseOps fuses across them (lets with effects stay)
         mod = ToGraphNormalForm()(mod)
     config = dict(config or {})
+    if target.kind == "accel":
+        # VTA's flow: the quantized program packed for the accelerator; the CPU's policies for
+        # the rest (AlterOpLayout blocks the NCHW convolutions left to the CPU and leaves the
+        # packed ones as they are)
+        mod = _pack_for_accel(mod, target)
+        config.setdefault("relay.target", str(target.host))
     config.setdefault("relay.target", str(target))   # the passes apply the target's policies
     if target.kind == "opencl":
         from .opencl import get_device

@@ -700,7 +700,9 @@ class GraphModule:
     def profile(self, number: int = 10, warmup: int = 1, **inputs) -> Profile:
         """Time every kernel call ``number`` times; one row per distinct fused group, in the order
         groups first run: ops, pattern, schedule rule, calls per run, median ms per call, ms per
-        run, share of the total, GFLOP/s (when the anchor op counts flops)."""
+        run, share of the total, GFLOP/s (when the anchor op counts flops). A group on the
+        simulated accelerator (rule ``accel ...``) counts the time its simulated cycles take at
+        the design's clock, the host's time spent simulating it does not."""
         if number < 1:
             raise ValueError(f"number must be >= 1, got {number}")
         if inputs:
@@ -718,6 +720,9 @@ class GraphModule:
         per_kernel: dict = {}
         for node, times in zip(self._graph.nodes, samples):
             slot = per_kernel.setdefault(id(node.kernel), (node.kernel, [], []))
+            simulated = getattr(node.kernel.compiled, "simulated_seconds", None)
+            if simulated is not None:   # an accelerator group: its simulated time, not the host's
+                times = [simulated] * len(times)
             slot[1].extend(times)
             slot[2].append(node.index)
         total_ms = 0.0

@@ -10,7 +10,7 @@ A target is written as in TVM, a kind followed by ``-key=value`` options:
 >>> Target.parse("cuda")
 Traceback (most recent call last):
 ...
-relaybench.errors.CompileError: unknown target kind 'cuda' in 'cuda'; known: llvm, opencl
+relaybench.errors.CompileError: unknown target kind 'cuda' in 'cuda'; known: llvm, opencl, accel
 
 Each kind takes the options :data:`OPTIONS` lists, and each option's value is checked when the
 target is parsed, so a misspelt option or value fails where it is written instead of being
@@ -37,6 +37,14 @@ present is only known when the module is built, where none matching is an error 
 Traceback (most recent call last):
 ...
 relaybench.errors.CompileError: target 'opencl -device=fpga': -device must be gpu or cpu, got 'fpga'
+
+The simulated accelerator (``accel``, :mod:`relaybench.backends.accel`) runs the packed int8
+convolutions of a quantized program in its simulator and the rest on the host CPU (LLVM);
+``-batch=`` picks a multi-batch design, ``-clock-mhz=`` its clock:
+
+>>> c = Target.parse("accel -batch=4").accel_config()
+>>> c.batch, c.block_in, c.block_out, c.macs_per_cycle
+(4, 8, 8, 256)
 """
 
 from __future__ import annotations
@@ -49,7 +57,7 @@ from ..errors import CompileError
 __all__ = ["Target", "KINDS", "OPTIONS"]
 
 #: The target kinds that have a code generator.
-KINDS = ("llvm", "opencl")
+KINDS = ("llvm", "opencl", "accel")
 
 #: The options of each target kind: name -> what it means.
 OPTIONS = {
@@ -61,6 +69,12 @@ OPTIONS = {
     "opencl": {
         "device": "the OpenCL device type: gpu (default) or cpu",
         "platform": "a part of the OpenCL platform's name (case ignored), e.g. nvidia, pocl",
+    },
+    "accel": {
+        "batch": "the design's batch (rows of the GEMM core): 1 (VTA's default), 2, 4, ...; "
+                 "a multi-batch design keeps the MAC count (AccelConfig.multi_batch)",
+        "clock-mhz": "the clock in MHz (default 100)",
+        "num-threads": "threads for the CPU part's parallel kernels (as for llvm)",
     },
 }
 
@@ -101,8 +115,20 @@ def _check_device(target: str, value: str) -> None:
 
 
 # option name -> check(target text, value), raising CompileError
+def _check_positive(name: str):
+    def check(target: str, value: str) -> None:
+        try:
+            if float(value) <= 0:
+                raise ValueError
+        except ValueError:
+            raise CompileError(f"target {target!r}: -{name} must be a positive number, "
+                               f"got {value!r}") from None
+    return check
+
+
 _CHECKS = {"num-threads": _check_num_threads, "mcpu": _check_mcpu, "device": _check_device,
-           "platform": lambda target, value: None}
+           "platform": lambda target, value: None, "batch": _check_positive("batch"),
+           "clock-mhz": _check_positive("clock-mhz")}
 
 
 @dataclass(frozen=True)
@@ -112,6 +138,31 @@ class Target:
 
     kind: str
     options: dict = field(default_factory=dict, hash=False, compare=True)
+
+    def accel_config(self):
+        """The :class:`~relaybench.backends.accel.AccelConfig` an ``accel`` target names."""
+        from dataclasses import replace
+        from .accel.config import AccelConfig, AccelError
+        if self.kind != "accel":
+            raise CompileError(f"target {self}: not an accelerator target")
+        batch = int(float(self.options.get("batch", 1)))
+        try:
+            # the packed layouts use one channel block for inputs and outputs: a square block
+            config = AccelConfig.multi_batch(batch, split="square") if batch != 1 else AccelConfig()
+            if "clock-mhz" in self.options:
+                config = replace(config, clock_mhz=float(self.options["clock-mhz"]))
+        except AccelError as err:
+            raise CompileError(f"target {self}: -batch={batch}: {err}") from None
+        return config
+
+    @property
+    def host(self) -> "Target":
+        """The target of the groups that run on the host CPU: ``llvm`` for ``accel`` (with its
+        thread count), the target itself otherwise."""
+        if self.kind != "accel":
+            return self
+        options = {k: v for k, v in self.options.items() if k == "num-threads"}
+        return Target("llvm", options)
 
     @classmethod
     def parse(cls, target) -> "Target":

@@ -26,11 +26,12 @@ The rewrite, for the calls that follow the start call in evaluation order up to 
   (folded), the residual ``add`` of two packed tensors as it is, poolings with their ``layout``
   set to the packed one; an operator that cannot work on packed data (``reshape``,
   ``nn.batch_flatten``, ``nn.dense``) gets its input back in the original layout;
-* **fusion boundaries**: the data of each packed convolution and both operands of a residual
-  ``add`` (an ``add`` of two computed tensors) go through ``annotation.stop_fusion``, where Relay's
-  quantization partition puts it (``stop_fusion(cast_hint(...))`` before a convolution's data and
-  on the operands of a residual ``add``): FuseOps then makes each convolution with its epilogue
-  (bias, shift, clip, cast) a group of its own, the unit the accelerator runs;
+* **fusion boundaries**: the data of each packed convolution and each operand of a residual
+  ``add`` (an ``add`` of two computed tensors) that is not a convolution's accumulator or a value
+  fenced already go through ``annotation.stop_fusion``, as Relay's quantization partition fences
+  them (``stop_fusion(cast_hint(...))``): FuseOps then makes each convolution with its epilogue
+  (bias, the residual ``add`` of its block, shift, clip, cast) a group of its own, the unit the
+  accelerator runs;
 * **stop**: the stop call runs in the layout its rule gives it (a ``nn.global_avg_pool2d`` on the
   packed data, as in Relay) and its result is put back in its original layout by a
   ``layout_transform``. Calls after the stop get their inputs in the original layouts.
@@ -113,6 +114,28 @@ def _is_residual(call) -> bool:
     return all(not isinstance(a, Constant) and isinstance(a.checked_type, TensorType)
                and a.checked_type.ndim > 0 and tuple(a.checked_type.shape) == tuple(out.shape)
                for a in call.args)
+
+
+#: the operators an int32 epilogue is made of, between a convolution (or a fence) and an add
+_EPILOGUE = frozenset({"add", "subtract", "multiply", "right_shift", "left_shift", "nn.relu", "clip",
+                       "cast", "maximum", "minimum"})
+
+
+def _fenced_already(expr, limit: int = 16) -> bool:
+    """Whether an operand of a residual ``add`` reaches, through its first operands and
+    epilogue operators, a convolution or a ``stop_fusion``: a convolution's accumulator then
+    fuses with the ``add`` (the accelerator adds the other operand in its accumulator), and a
+    fenced value (what quantization requantized to int8) is loaded as it is."""
+    for _ in range(limit):
+        if not (isinstance(expr, Call) and isinstance(expr.op, Op)):
+            return False
+        name = expr.op.name
+        if name in ("nn.conv2d", "annotation.stop_fusion"):
+            return True
+        if name not in _EPILOGUE or not expr.args:
+            return False
+        expr = expr.args[0]
+    return False
 
 
 def _where(call, positions) -> str:
@@ -231,7 +254,7 @@ class _Packer(LayoutRewriter):
         if name == "nn.conv2d" and expr.attrs["data_layout"] == self.data_layout.name:
             args = [self._fence(expr.args[0])] + list(expr.args[1:])
         elif name == "add" and call.op.name == "add" and _is_residual(call):
-            args = [self._fence(a) for a in expr.args]
+            args = [a if _fenced_already(a) else self._fence(a) for a in expr.args]
         else:
             return v
         if all(a is b for a, b in zip(args, expr.args)):

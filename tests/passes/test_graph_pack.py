@@ -254,13 +254,26 @@ def test_each_packed_convolution_with_its_epilogue_is_one_fused_group(small_pack
         assert g.ops.count("nn.conv2d") == 1
     # the first packed convolution keeps its bias, relu and requantization with it
     assert packed[0].ops == ("nn.conv2d", "add", "nn.relu", "add", "right_shift", "clip", "cast")
-    # stop_fusion before each packed convolution's data and on both operands of the residual add
+    # stop_fusion before each packed convolution's data; the residual add's operands: the
+    # convolution's accumulator as it is (the add joins that convolution's group), the other
+    # one behind a stop_fusion (here the one quantization put on the requantized shortcut)
     for conv in calls(small_packed, "nn.conv2d")[1:]:
         assert conv.args[0].op.name == "annotation.stop_fusion"
     residual = [a for a in calls(small_packed, "add")
                 if not any(isinstance(x, rb.ir.expr.Constant) for x in a.args)]
     assert len(residual) == 1
-    assert all(x.op.name == "annotation.stop_fusion" for x in residual[0].args)
+
+    def reaches(expr):
+        names = []
+        while isinstance(expr, Call) and isinstance(expr.op, rb.ir.expr.Op):
+            names.append(expr.op.name)
+            if expr.op.name in ("nn.conv2d", "annotation.stop_fusion"):
+                break
+            expr = expr.args[0]
+        return names[-1] if names else None
+    assert sorted(reaches(x) for x in residual[0].args) == ["annotation.stop_fusion", "nn.conv2d"]
+    # the convolution before the residual add: bias add, residual add, relu in its group
+    assert any(g.ops[:4] == ("nn.conv2d", "add", "add", "nn.relu") for g in packed)
 
 
 def test_batch_block(small_q):
