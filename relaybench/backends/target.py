@@ -42,6 +42,8 @@ The simulated accelerator (``accel``, :mod:`relaybench.backends.accel`) runs the
 convolutions of a quantized program in its simulator and the rest on the host CPU (LLVM);
 ``-batch=`` picks a multi-batch design, ``-clock-mhz=`` its clock:
 
+>>> Target.parse({"accel": "accel", "cpu": "llvm -num-threads=1"}).host
+Target('llvm -num-threads=1')
 >>> c = Target.parse("accel -batch=4").accel_config()
 >>> c.batch, c.block_in, c.block_out, c.macs_per_cycle
 (4, 8, 8, 256)
@@ -75,6 +77,8 @@ OPTIONS = {
                  "a multi-batch design keeps the MAC count (AccelConfig.multi_batch)",
         "clock-mhz": "the clock in MHz (default 100)",
         "num-threads": "threads for the CPU part's parallel kernels (as for llvm)",
+        "cpu-mcpu": "the CPU part's -mcpu (from a target dict's 'cpu' entry)",
+        "cpu-num-threads": "the CPU part's -num-threads (from a target dict's 'cpu' entry)",
     },
 }
 
@@ -127,6 +131,7 @@ def _check_positive(name: str):
 
 
 _CHECKS = {"num-threads": _check_num_threads, "mcpu": _check_mcpu, "device": _check_device,
+           "cpu-num-threads": _check_num_threads, "cpu-mcpu": _check_mcpu,
            "platform": lambda target, value: None, "batch": _check_positive("batch"),
            "clock-mhz": _check_positive("clock-mhz")}
 
@@ -138,6 +143,21 @@ class Target:
 
     kind: str
     options: dict = field(default_factory=dict, hash=False, compare=True)
+
+    @classmethod
+    def _heterogeneous(cls, targets: dict) -> "Target":
+        """``{"accel": "accel ...", "cpu": "llvm ..."}``: the accelerator target whose host part
+        (:attr:`host`) is the given CPU target."""
+        unknown = sorted(set(targets) - {"accel", "cpu"})
+        if unknown or "accel" not in targets:
+            raise CompileError(f"a target dict maps 'accel' (and optionally 'cpu') to targets, "
+                               f"got keys {sorted(targets)}")
+        accel = cls.parse(targets["accel"])
+        cpu = cls.parse(targets.get("cpu", "llvm"))
+        if accel.kind != "accel" or cpu.kind != "llvm":
+            raise CompileError(f"target dict: 'accel' must be an accel target and 'cpu' an llvm "
+                               f"one, got {accel} and {cpu}")
+        return cls("accel", {**accel.options, **{f"cpu-{k}": v for k, v in cpu.options.items()}})
 
     def accel_config(self):
         """The :class:`~relaybench.backends.accel.AccelConfig` an ``accel`` target names."""
@@ -162,6 +182,7 @@ class Target:
         if self.kind != "accel":
             return self
         options = {k: v for k, v in self.options.items() if k == "num-threads"}
+        options.update({k[4:]: v for k, v in self.options.items() if k.startswith("cpu-")})
         return Target("llvm", options)
 
     @classmethod
@@ -175,6 +196,8 @@ class Target:
             return cls("llvm", {})
         if isinstance(target, Target):
             return target
+        if isinstance(target, dict):
+            return cls._heterogeneous(target)
         if not isinstance(target, str) or not target.strip():
             raise CompileError(f"a target is a string such as 'llvm', not {target!r}")
         words = target.split()
@@ -205,7 +228,7 @@ class Target:
     @property
     def num_threads(self):
         """The ``-num-threads`` option as an int, or None (then ``RB_NUM_THREADS`` decides)."""
-        value = self.options.get("num-threads")
+        value = self.options.get("num-threads", self.options.get("cpu-num-threads"))
         return None if value is None else int(value)
 
     def __str__(self) -> str:

@@ -148,3 +148,19 @@ def test_resnet18_on_the_accelerator_is_bit_exact_with_the_cpu():
     assert row["ms/call"] == round(k.compiled.last_stats.seconds * 1e3, 4)
     assert "LOAD" in acc.source("accel", group=next(
         i for i, g in enumerate(acc.kernels) if g.accel)) if hasattr(acc, "source") else True
+
+
+def test_a_target_dict_names_the_cpu_part():
+    from relaybench.backends.target import Target
+    t = Target.parse({"accel": "accel -batch=4", "cpu": "llvm -num-threads=1"})
+    assert t.kind == "accel" and t.accel_config().batch == 4
+    assert t.host.kind == "llvm" and t.host.num_threads == 1
+    with pytest.raises(CompileError, match="'cpu'"):
+        Target.parse({"accel": "accel", "cpu": "opencl"})
+    with pytest.raises(CompileError, match="keys"):
+        Target.parse({"gpu": "opencl"})
+    q = _quantized_resnet((3, 16, 16))
+    x = np.random.default_rng(2).standard_normal((1, 3, 16, 16)).astype("float32")
+    lib = rb.build(q, target={"accel": "accel", "cpu": "llvm"})
+    np.testing.assert_array_equal(lib.run(data=x), rb.build(q, target="llvm").run(data=x))
+    assert lib.compile_stats.accel_kernels > 0
