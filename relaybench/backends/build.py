@@ -412,7 +412,7 @@ def _pack_for_accel(mod: IRModule, target: Target) -> IRModule:
     int8 = [c for c in convs if str(c.args[0].checked_type.dtype) == "int8"]
     if not int8:
         return mod
-    return graph_pack(mod, bfactor=config.batch, cfactor=config.block_out)
+    return graph_pack(mod, bfactor=config.batch, cfactor=config.block_out, pack_int32_results=False)
 
 
 def build(mod, target="llvm", params: Optional[dict] = None, opt_level: int = 3, *,

@@ -15,7 +15,9 @@ The rewrite, for the calls that follow the start call in evaluation order up to 
 
 * **start**: the start call is left as it is and its result (an ``NCHW`` tensor) is put in the
   packed layout by a ``layout_transform``;
-* **convolutions**: a ``nn.conv2d`` of int8 data and int8 weights giving int32 gets
+* **convolutions**: a ``nn.conv2d`` of int8 data and int8 weights giving int32 (with
+  ``pack_int32_results=False``, only one whose result is requantized to int8 inside the region)
+  gets
   ``data_layout="NCHW{b}n{c}c"``, ``kernel_layout="OIHW{c}o{c}i"`` and the output in the data's
   layout; its weight is transformed too, at compile time when it is a constant (the
   ``layout_transform`` is folded, with every other transform of a constant the rewrite makes);
@@ -178,6 +180,7 @@ class _Packer(LayoutRewriter):
         self.data_layout = Layout(f"NCHW{bfactor}n{cfactor}c")
         self.kernel_layout = Layout(f"OIHW{cfactor}o{cfactor}i")
         self._fenced: dict = {}
+        self.unpacked: set = set()     # convolutions left in NCHW (see _not_requantized)
 
     # ---- checks ---------------------------------------------------------------------------------
     def _check_divides(self, call, what: str, t, extents: dict, axes: str) -> None:
@@ -198,6 +201,8 @@ class _Packer(LayoutRewriter):
         data_t, weight_t = types
         out_t = call.checked_type
         if not (data_t.dtype == "int8" and weight_t.dtype == "int8" and out_t.dtype == "int32"):
+            return None
+        if call in self.unpacked:
             return None
         self._check_divides(call, "data", data_t, extents_of(data_t, layouts[0]), "NC")
         groups = call.attrs["groups"]
@@ -264,7 +269,7 @@ class _Packer(LayoutRewriter):
 
 
 def _pack_function(func: Function, bfactor, cfactor, start_name, stop_name, start_name_idx,
-                   stop_name_idx) -> Function:
+                   stop_name_idx, pack_int32_results: bool = True) -> Function:
     positions = _positions(func.body)
     start = _find(positions, start_name, start_name_idx, -1, "start")
     start_at = positions[start]
@@ -272,7 +277,45 @@ def _pack_function(func: Function, bfactor, cfactor, start_name, stop_name, star
     stop_at = positions[stop]
     region = {n for n, p in positions.items() if start_at < p <= stop_at}
     packer = _Packer(start, stop, region, positions, bfactor, cfactor)
+    if not pack_int32_results:
+        packer.unpacked = _not_requantized(func.body, region)
     return packer.rewrite_function(func)
+
+
+def _cast_to(node, dtype: str) -> bool:
+    return (isinstance(node, Call) and isinstance(node.op, Op) and node.op.name == "cast"
+            and str(node.attrs["dtype"]) == dtype)
+
+
+def _not_requantized(body, region: set) -> set:
+    """The convolutions of the region whose int32 result does not become int8 inside it: each
+    call on the way from the convolution has one user and is an epilogue operator, up to a value
+    whose users are all ``cast`` s to int8. (A VTA-like accelerator stores int8 only, so such a convolution, the last
+    one before the stop's dequantization, is left in NCHW for the CPU's own layouts.)"""
+    users: dict = {}
+    for node in post_order(body, lambda n: () if isinstance(n, Function) else expr_children(n)):
+        for child in expr_children(node) if not isinstance(node, Function) else ():
+            users.setdefault(child, []).append(node)
+    out = set()
+    for conv in region:
+        if not (isinstance(conv, Call) and isinstance(conv.op, Op) and conv.op.name == "nn.conv2d"):
+            continue
+        node, requantized = conv, False
+        for _ in range(32):
+            following = users.get(node, [])
+            if following and all(_cast_to(u, "int8") for u in following):
+                requantized = True
+                break
+            if len(following) != 1:
+                break
+            node = following[0]
+            if not (isinstance(node, Call) and isinstance(node.op, Op)) \
+                    or node.op.name not in _EPILOGUE or node not in region \
+                    or (node.op.name == "cast" and not _cast_to(node, "int32")):
+                break
+        if not requantized:
+            out.add(conv)
+    return out
 
 
 def _check_options(bfactor, cfactor, weight_bits) -> None:
@@ -287,8 +330,13 @@ def _check_options(bfactor, cfactor, weight_bits) -> None:
 def graph_pack(mod_or_expr: Union[IRModule, Function], bfactor: int = 1, cfactor: int = 16,
                weight_bits: int = 8, start_name: str = "nn.max_pool2d",
                stop_name: str = "nn.global_avg_pool2d", start_name_idx: Optional[int] = None,
-               stop_name_idx: Optional[int] = None):
+               stop_name_idx: Optional[int] = None, pack_int32_results: bool = True):
     """The program with its packed region in the accelerator's layouts (see the module).
+
+    ``pack_int32_results=False`` leaves in NCHW the convolutions whose int32 result does not
+    become int8 inside the region (the last one, whose result flows to the stop's
+    dequantization): an accelerator that stores int8 only cannot run them, and the CPU runs
+    them faster in its own blocked layout. (Relay's graph_pack packs them all, the default.)
 
     Takes an IRModule (its ``@main`` is packed) or a Function, and returns the same kind, typed.
     FoldConstant runs on the result, so that the transformed weights and biases become packed
@@ -299,22 +347,22 @@ def graph_pack(mod_or_expr: Union[IRModule, Function], bfactor: int = 1, cfactor
         mod = typed(mod_or_expr)
         gv = mod.get_global_var("main")
         func = _pack_function(mod[gv], bfactor, cfactor, start_name, stop_name, start_name_idx,
-                              stop_name_idx)
+                              stop_name_idx, pack_int32_results)
         mod = typed(mod.with_functions({**mod.functions, gv: func}))
         func = fold_constant(mod[gv], mod)
         return typed(mod.with_functions({**mod.functions, gv: func}))
     if not isinstance(mod_or_expr, Function):
         raise TypeError(f"graph_pack takes an IRModule or a Function, not {type(mod_or_expr).__name__}")
     out = graph_pack(IRModule.from_expr(mod_or_expr), bfactor, cfactor, weight_bits, start_name,
-                     stop_name, start_name_idx, stop_name_idx)
+                     stop_name, start_name_idx, stop_name_idx, pack_int32_results)
     return out["main"]
 
 
 @module_pass(opt_level=0)
 def GraphPack(mod, ctx, bfactor: int = 1, cfactor: int = 16, weight_bits: int = 8,
               start_name: str = "nn.max_pool2d", stop_name: str = "nn.global_avg_pool2d",
-              start_name_idx=None, stop_name_idx=None):
+              start_name_idx=None, stop_name_idx=None, pack_int32_results: bool = True):
     """Put the region of ``@main`` between a start and a stop operator in the accelerator's packed
     layouts (``NCHW{bfactor}n{cfactor}c`` data, ``OIHW{cfactor}o{cfactor}i`` weights)."""
     return graph_pack(mod, bfactor, cfactor, weight_bits, start_name, stop_name, start_name_idx,
-                      stop_name_idx)
+                      stop_name_idx, pack_int32_results)

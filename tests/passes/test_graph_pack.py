@@ -414,3 +414,17 @@ def test_resnet18_packed_bit_exact():
     np.testing.assert_array_equal(compiled(packed, data=x), compiled(q, data=x))
     np.testing.assert_array_equal(interpret(packed, x), interpret(q, x))
     assert infer_expr(packed["main"]).ret_type == infer_expr(q["main"]).ret_type
+
+
+def test_int32_results_can_stay_unpacked(small_q):
+    """``pack_int32_results=False`` (what the accelerator's build asks for): the convolution
+    whose int32 result flows to the stop without becoming int8 stays in NCHW; the others are
+    packed; the result is the same bit for bit."""
+    packed = graph_pack(small_q, pack_int32_results=False)
+    convs = calls(packed, "nn.conv2d")
+    kinds = [c.attrs["data_layout"] for c in convs]
+    assert kinds == ["NCHW", "NCHW1n16c", "NCHW1n16c", "NCHW"]
+    assert convs[-1].checked_type.dtype == "int32"
+    x = image((1, 3, 16, 16), seed=9)
+    np.testing.assert_array_equal(interpret(packed, x), interpret(small_q, x))
+    np.testing.assert_array_equal(compiled(packed, data=x), compiled(small_q, data=x))
