@@ -771,8 +771,13 @@ class GraphModule:
 
     def source(self, kind: str = "loops", group=None) -> str:
         """The ``"loops"`` (loop IR), ``"llvm"`` or ``"asm"`` source of one group's kernel (by
-        name or index in :attr:`kernels`) or, with ``group=None``, of all of them."""
-        if group is None:
+        name or index in :attr:`kernels`) or, with ``group=None``, of all of them; ``"accel"``:
+        the instruction stream of an accelerator group (``group=None``: of every one)."""
+        if group is None and kind == "accel":
+            chosen = [k for k in self._kernels if getattr(k, "accel", False)]
+            if not chosen:
+                raise ValueError("no group of this module runs on the accelerator")
+        elif group is None:
             chosen = self._kernels
         elif isinstance(group, int):
             chosen = [self._kernels[group]]

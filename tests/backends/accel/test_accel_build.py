@@ -146,8 +146,11 @@ def test_resnet18_on_the_accelerator_is_bit_exact_with_the_cpu():
     k = on_accel[0]
     row = next(r for r in accel_rows if r["group"] == k.name)
     assert row["ms/call"] == round(k.compiled.last_stats.seconds * 1e3, 4)
-    assert "LOAD" in acc.source("accel", group=next(
-        i for i, g in enumerate(acc.kernels) if g.accel)) if hasattr(acc, "source") else True
+    first = next(i for i, g in enumerate(acc.kernels) if g.accel)
+    assert acc.source("accel", group=first).count("GEMM") >= 2
+    assert acc.source("accel").count("FINISH") == len(on_accel)
+    with pytest.raises(ValueError, match="accelerator"):
+        cpu.source("accel")
 
 
 def test_a_target_dict_names_the_cpu_part():
