@@ -15,8 +15,12 @@ What it does, printing a short report:
 3. checks each output against the reference interpreter (DQN always; the larger models when
    PyTorch is absent or ``--interpreter`` is given) and, when PyTorch is importable, against
    PyTorch on the same weights (CUDA when present, TF32 off for the comparison);
-4. times relaybench end to end (inputs in, kernels, outputs out) and the kernels alone, and
-   PyTorch eager on CUDA (its default settings), interleaved in blocks.
+4. times relaybench end to end (inputs in, kernels, outputs out, on the host's clock) and the
+   device time of the same runs (the kernels' OpenCL profiling events, summed per run: what the
+   GPU spent computing, without launch gaps or copies), and PyTorch eager on CUDA (its default
+   settings), interleaved in blocks;
+5. profiles each model (``--profile N``): the N groups that take the most device time, each
+   with its event time and GFLOP/s, and the copies in and out.
 
 Exits 1 when any model mismatches or fails to build, 2 when no device matches the target. Needs
 numpy and pyopencl (and, optionally, torch); the relaybench tree is found next to this file.
@@ -113,6 +117,16 @@ def time_block(fn, number: int) -> float:
     return (time.perf_counter() - start) * 1e3 / number
 
 
+def slowest_groups(profile, count: int) -> str:
+    """The ``count`` groups of ``profile`` with the most device time per run, as a table, and
+    the profile's note (device and copy times of a run)."""
+    from relaybench.viz import Table
+    rows = sorted(profile.groups, key=lambda r: -r["ms/run"])[:count]
+    keep = ("group", "rule", "calls", "ms/call", "ms/run", "%", "GFLOP/s")
+    table = Table([{k: r[k] for k in keep} for r in rows])
+    return f"{table}\n{getattr(profile, 'note', '')}".rstrip()
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", default="opencl -device=gpu")
@@ -122,6 +136,8 @@ def main(argv=None) -> int:
                         help="check every model against the interpreter (slow at 224x224)")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--number", type=int, default=10)
+    parser.add_argument("--profile", type=int, default=5, metavar="N",
+                        help="print the N groups with the most device time (0: none)")
     args = parser.parse_args(argv)
 
     print("== OpenCL")
@@ -188,25 +204,29 @@ def main(argv=None) -> int:
             print(("ok:   " if ok else "FAIL: ") + text)
             if not ok:
                 failures.append(name)
-        # interleaved blocks: relaybench end to end, its kernels alone, PyTorch
+        # interleaved blocks: relaybench (end to end and the device time of the same runs),
+        # PyTorch
         lib.benchmark(number=2, repeat=1)
         if torch_run is not None:
             for _ in range(3):
                 torch_run()
         e2e, dev_ms, peer = [], [], []
         for _ in range(args.repeat):
-            e2e.append(lib.benchmark(number=args.number, repeat=1, warmup=0).median_ms)
-            dev_ms.append(lib.benchmark_device(number=args.number, repeat=1, warmup=0).median_ms)
+            timed = lib.benchmark(number=args.number, repeat=1, warmup=0)
+            e2e.append(timed.median_ms)
+            dev_ms.append(timed.device.median_ms)
             if torch_run is not None and cuda:
                 peer.append(time_block(torch_run, args.number))
         row = (name, float(np.median(e2e)), float(np.median(dev_ms)),
                float(np.median(peer)) if peer else None)
         rows.append(row)
-        print(f"relaybench {row[1]:.2f} ms end to end, {row[2]:.2f} ms kernels"
+        print(f"relaybench {row[1]:.2f} ms end to end, {row[2]:.2f} ms on the device"
               + (f"; PyTorch eager CUDA {row[3]:.2f} ms" if row[3] is not None else ""))
+        if args.profile > 0:
+            print(slowest_groups(lib.profile(number=args.number), args.profile))
 
     print("\n== report")
-    print(f"{'model':14s} {'rb e2e ms':>10s} {'rb kernels ms':>14s} {'torch cuda ms':>14s}")
+    print(f"{'model':14s} {'rb e2e ms':>10s} {'rb device ms':>14s} {'torch cuda ms':>14s}")
     for name, e2e, dev_ms, peer in rows:
         print(f"{name:14s} {e2e:10.2f} {dev_ms:14.2f} "
               f"{(f'{peer:.2f}' if peer is not None else 'n/a'):>14s}")

@@ -717,6 +717,13 @@ class GraphModule:
                 start = clock()
                 call()
                 samples[i].append(clock() - start)
+        return self._profile_table(samples, number)
+
+    def _profile_table(self, samples: list, number: int) -> Profile:
+        """The :class:`Profile` of ``samples``: for each call of :attr:`_calls`, in execution
+        order, the seconds it took in each run. Backends that time calls by other means (the
+        OpenCL device's profiling events) build their table here too, so every profile has the
+        same rows and columns."""
         per_kernel: dict = {}
         for node, times in zip(self._graph.nodes, samples):
             slot = per_kernel.setdefault(id(node.kernel), (node.kernel, [], []))

@@ -4,14 +4,17 @@
 and an in-order queue, made once per process): ``-platform=NAME`` keeps the platforms whose name
 contains ``NAME`` (case ignored), ``-device=gpu|cpu`` the devices of that type; without
 ``-device`` a GPU is preferred and any device taken otherwise. None matching is a
-:class:`~relaybench.errors.CompileError` that lists every platform and device present.
+:class:`~relaybench.errors.CompileError` that lists every platform and device present. The
+queue is made with profiling enabled (every OpenCL device must offer it), so that each launch's
+event carries the device's own start and end times; :func:`event_seconds` reads them.
 
 :func:`build_kernel` generates a PrimFunc's program (:mod:`.codegen`) and builds it once per
 device: in memory for this process, and on disk (:mod:`.cache`, the driver's binary) for the
 next one. The result, an :class:`OpenCLKernel`, is called like a CPU kernel with numpy arrays
 (checked, copied to the device, run, the outputs copied back), or bound once to device buffers
 (:meth:`OpenCLKernel.bind`, what the graph executor does) and then launched with no checks
-and no copies.
+and no copies; a bound launch hands its events over when given a list to put them in, which is
+how ``profile`` and ``benchmark`` read the device's time of each kernel.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from .cache import ProgramCache, program_key
 from .codegen import DeviceFeatures, generate, program_text
 
 __all__ = ["Device", "OpenCLKernel", "get_device", "build_kernel", "build_kernels",
-           "list_devices",
+           "list_devices", "event_seconds",
            "devices_text", "stats", "BUILD_OPTIONS"]
 
 BUILD_OPTIONS = ("-cl-std=CL1.2",)
@@ -106,8 +109,8 @@ def devices_text() -> str:
 
 @dataclass
 class Device:
-    """One OpenCL device with its context and in-order queue, and what the code generator needs
-    to know of it (``features``); ``key`` names it in the program cache."""
+    """One OpenCL device with its context and in-order queue (profiling enabled), and what the
+    code generator needs to know of it (``features``); ``key`` names it in the program cache."""
 
     device: object
     context: object
@@ -154,7 +157,11 @@ def get_device(target) -> Device:
                                f"{devices_text()}")
         device = candidates[0]
         context = cl.Context(devices=[device])
-        queue = cl.CommandQueue(context, device)
+        # Profiling is a capability the OpenCL specification requires of every device; with it
+        # each command's event records when the device started and ended it. Its cost is a few
+        # timestamps per command, paid whether or not anybody reads them.
+        queue = cl.CommandQueue(context, device,
+                                properties=cl.command_queue_properties.PROFILING_ENABLE)
         extensions = device.extensions.split()
         features = DeviceFeatures(
             name=f"{device.name.strip()} ({device.platform.name.strip()})",
@@ -262,7 +269,10 @@ class OpenCLKernel:
 
     def bind(self, *buffers):
         """Check ``buffers`` (one ``pyopencl.Buffer`` per parameter, at least as large as it)
-        now; return a function of no arguments that enqueues the kernel's launches on them."""
+        now; return a function that enqueues the kernel's launches on them: ``run()``, or
+        ``run(events)`` to have the event of each launch appended to the list ``events`` (read
+        them with :func:`event_seconds` once the queue has finished). Without a list the events
+        are dropped as soon as they are made, so a plain run keeps none alive."""
         cl = _cl()
         if len(buffers) != len(self.specs):
             raise ExecutionError(f"{self.name}: {len(self.specs)} buffers expected "
@@ -292,9 +302,15 @@ class OpenCLKernel:
             kernel.set_args(*used)
             runs.append((kernel, launch.global_size, launch.local_size))
 
-        def run():
-            for kernel, global_size, local_size in runs:
-                cl.enqueue_nd_range_kernel(queue, kernel, global_size, local_size)
+        enqueue = cl.enqueue_nd_range_kernel
+
+        def run(events: list | None = None):
+            if events is None:
+                for kernel, global_size, local_size in runs:
+                    enqueue(queue, kernel, global_size, local_size)
+            else:
+                for kernel, global_size, local_size in runs:
+                    events.append(enqueue(queue, kernel, global_size, local_size))
         return run
 
     def __call__(self, *arrays) -> None:
@@ -322,6 +338,18 @@ class OpenCLKernel:
 
     def __repr__(self) -> str:
         return f"OpenCLKernel({self.name}: {len(self.code.kernels)} launches on {self.device.name})"
+
+
+def event_seconds(events) -> float:
+    """The device's time, in seconds, of the completed commands ``events`` (each ``profile.end -
+    profile.start``, nanoseconds of the device's clock, summed). The queue the events came from
+    orders its commands, so their sum is at most the wall time between the first start and the
+    last end; the gaps between them (launch overhead) are not counted."""
+    total = 0
+    for event in events:
+        profile = event.profile
+        total += profile.end - profile.start
+    return total * 1e-9
 
 
 def kernel_uses(code, launch_name: str, buffer) -> bool:
