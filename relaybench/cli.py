@@ -13,6 +13,7 @@ from the table.
     $ relaybench bench resnet18 --target llvm --image-shape 3,64,64
     $ relaybench reproduce composability --out results/ --models resnet18,dqn --quick
     $ relaybench reproduce quantization --out results/ --quick
+    $ relaybench reproduce accelerator --out results/ --quick
     $ relaybench train-digits --epochs 20 --seed 0 --out weights/
     $ relaybench fuzz --n 300 --seed 1000 --jobs 2 --out fuzz-out --minimize
     $ relaybench fuzz --replay fuzz-out/min_0_seed1036.rly
@@ -290,7 +291,7 @@ def _run_bench(args: argparse.Namespace) -> int:
 # --- reproduce -----------------------------------------------------------------------------
 
 # the experiments; each runs through its function in _REPRODUCERS (at the end of this section)
-_EXPERIMENTS = ("composability", "quantization")
+_EXPERIMENTS = ("composability", "quantization", "accelerator")
 
 
 def _configure_reproduce(parser: argparse.ArgumentParser) -> None:
@@ -300,10 +301,12 @@ def _configure_reproduce(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--models", nargs="+", metavar="MODEL",
                         help="models, by comma or space (default: composability: resnet18, "
                              "mobilenet_v2, dqn, vgg16; quantization: resnet18, mobilenet_v2, "
-                             "vgg16, dqn for the agreement, resnet18, mobilenet_v2 for the speed)")
+                             "vgg16, dqn for the agreement, resnet18, mobilenet_v2 for the speed; "
+                             "accelerator: resnet18, resnet34, resnet50)")
     parser.add_argument("--targets", nargs="+", metavar="TARGET",
                         help="targets, by comma or space (default: llvm; quantization runs on "
-                             "llvm only)")
+                             "llvm only); accelerator: the designs, e.g. accel 'accel -batch=4' "
+                             "(the default)")
     parser.add_argument("--image-shape", type=_image_shape, metavar="C,H,W",
                         help="the input of every model whose own input has C channels "
                              "(default: the models' own; with --quick, 3,32,32)")
@@ -311,7 +314,7 @@ def _configure_reproduce(parser: argparse.ArgumentParser) -> None:
                         help="small inputs (3,32,32; DQN keeps its own) and few timing runs "
                              "(--number 1 --repeat 3), to try the experiment out; quantization "
                              "also measures fewer models (resnet18 and dqn, resnet18's speed) "
-                             "on fewer random inputs")
+                             "on fewer random inputs; accelerator: resnet18 only")
     parser.add_argument("--number", type=_positive, metavar="N",
                         help="runs per timed round (default: 10; 1 with --quick)")
     parser.add_argument("--repeat", type=_positive, metavar="N",
@@ -430,9 +433,47 @@ def _reproduce_quantization(args: argparse.Namespace) -> int:
     return 0
 
 
+def _reproduce_accelerator(args: argparse.Namespace) -> int:
+    """The ResNets on the CPU only and on the simulated accelerator designs
+    (:func:`relaybench.experiments.accelerator`), written as accelerator.md/.csv/.json/.png.
+    ``--targets`` names the designs; the images are 3x224x224 (3x32x32 with ``--quick``)."""
+    from relaybench.errors import RelayError
+    from relaybench.experiments import accelerator
+
+    if args.threads is not None:
+        return _fail("accelerator: --threads is not taken (the CPU parts use RB_NUM_THREADS)")
+    models = _names(args.models) or (["resnet18"] if args.quick else None)
+    designs = _names(args.targets) or None
+    image_shape = args.image_shape or ((3, 32, 32) if args.quick else (3, 224, 224))
+    kwargs = {"number": args.number or (1 if args.quick else 5),
+              "repeat": args.repeat or (3 if args.quick else 5)}
+    if models is not None:
+        kwargs["models"] = models
+    if designs is not None:
+        kwargs["designs"] = designs
+    try:
+        result = accelerator(image_shape=image_shape, progress=args.progress, **kwargs)
+        written = result.write(args.out)
+    except KeyError as err:
+        return _unknown_model(err)
+    except (ValueError, OSError, RelayError) as err:
+        return _fail(str(err))
+    print(result.table())
+    print()
+    print(result.paper_table())
+    failed = [r for r in result.rows if r["error"]]
+    for r in failed:
+        print(f"relaybench: {r['model']} on {r['design']!r} failed: {r['error']}",
+              file=sys.stderr)
+    for path in written:
+        print(f"wrote {path}")
+    return 1 if failed else 0
+
+
 _REPRODUCERS: dict[str, Callable[[argparse.Namespace], int]] = {
     "composability": _reproduce_composability,
     "quantization": _reproduce_quantization,
+    "accelerator": _reproduce_accelerator,
 }
 
 

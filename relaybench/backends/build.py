@@ -337,7 +337,10 @@ def _accel_kernel(func: Function, name: str, target: Target, stats: CompileStats
     if why is not None:
         stats.cpu_reasons[name] = why
         return None
-    kernel = AccelKernel(name, func, plan, config)
+    try:
+        kernel = AccelKernel(name, func, plan, config)
+    except RelayError as err:
+        raise CompileError(f"fused group {name}: the accelerator's lowering failed: {err}") from err
     seconds = time.perf_counter() - t0
     stats.compile_seconds += seconds
     stats.accel_kernels += 1

@@ -8,16 +8,21 @@
 * :func:`quantization` (``experiments/quantization.py``): int8 against float32: accuracy on the
   digits' test split per calibrate mode, agreement on the zoo, speed;
   ``relaybench reproduce quantization``.
+* :func:`accelerator` (``experiments/accelerator.py``): ResNets on the CPU only against the
+  simulated VTA-like designs (single- and multi-batch), bit-exact, simulated and measured time
+  per image side by side; ``relaybench reproduce accelerator``.
 """
 
 from .composability import (CONFIGURATIONS, PASS_ORDER, ComposabilityResult, OutputMismatchError,
                             composability)
+from .accelerator import AcceleratorMismatchError, AcceleratorResult, accelerator
 from .quantization import (QuantizationResult, digits_accuracy_table, quantization,
                            quantization_speed, zoo_agreement)
 
 __all__ = ["composability", "ComposabilityResult", "OutputMismatchError", "CONFIGURATIONS",
            "PASS_ORDER", "train_digits", "DigitsTrainingResult", "quantization",
-           "QuantizationResult", "digits_accuracy_table", "zoo_agreement", "quantization_speed"]
+           "QuantizationResult", "digits_accuracy_table", "zoo_agreement", "quantization_speed",
+           "accelerator", "AcceleratorResult", "AcceleratorMismatchError"]
 
 
 def __getattr__(name: str):

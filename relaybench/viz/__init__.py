@@ -9,7 +9,8 @@
   quantization toggle runs :func:`relaybench.quantize.quantize` before its pipeline.
 * :class:`Table`: rows of results, printed or shown as HTML.
 
-Everything but :class:`Table` is imported on first use, so ``import relaybench`` stays light.
+Everything but :class:`Table` and :func:`html` (both light) is imported on first use, so
+``import relaybench`` stays light.
 """
 
 from __future__ import annotations
@@ -17,14 +18,17 @@ from __future__ import annotations
 import importlib
 
 from .table import Table  # noqa: F401
+# Imported eagerly (it needs the standard library only): the function ``html`` shares its name
+# with its module, and importing ``relaybench.viz.html`` anywhere (a compiled module's
+# ``_repr_html_`` does) would otherwise make the package attribute the module, not the function.
+from .html import html  # noqa: E402,F401
 
 _LAZY = {
     "to_dot": "dot", "render_svg": "dot", "legend": "dot", "diff": "snapshot_diff", "Diff": "snapshot_diff",
-    "html": "html",
     "PassExplorer": "widgets", "FusionView": "widgets",
 }
 
-__all__ = ["Table", *_LAZY]
+__all__ = ["Table", "html", *_LAZY]
 
 
 def __getattr__(name):

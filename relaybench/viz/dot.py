@@ -59,7 +59,7 @@ from ..op.registry import OpPattern
 
 __all__ = ["to_dot", "render_svg", "RelayDigraph", "GraphvizError", "PATTERN_COLORS", "PATTERN_NAMES",
            "DTYPE_COLORS", "dtype_class", "edge_style", "DataflowGraph", "GraphNode", "dataflow_graph",
-           "is_layout_op", "is_quantize_op", "find_graphviz", "legend"]
+           "is_layout_op", "is_quantize_op", "find_graphviz", "legend", "ACCEL_CLUSTER", "CPU_CLUSTER"]
 
 #: fill color of an operator node by its pattern kind (the legend of every drawing)
 PATTERN_COLORS = {
@@ -104,6 +104,15 @@ _DTYPE_CLASSES = {"int8": "int8", "uint8": "int8", "int16": "int16", "uint16": "
                   "float32": "float32"}
 
 _LAYOUT_BORDER = "#6a1b9a"    # purple: layout_transform
+
+#: the attributes of a fused group's cluster that runs on the simulated accelerator: a thick dark
+#: goldenrod border around a light yellow background, a color no node fill, edge, operator
+#: border or diff mark uses, so the accelerator's share of a program reads at a glance
+ACCEL_CLUSTER = {"style": "rounded,filled,bold", "color": "#b8860b", "fillcolor": "#fff3c4",
+                 "penwidth": "2.5"}
+#: the attributes of a fused group's cluster that runs on the CPU (every cluster of a drawing
+#: that does not say where its groups run): a thin dashed gray border
+CPU_CLUSTER = {"style": "rounded,dashed", "color": "#757575"}
 _QUANTIZE_BORDER = "#e65100"  # dark orange: quantization and annotation operators
 _QUANTIZE_PREFIXES = ("qnn.", "annotation.", "relay.op.annotation")
 
@@ -191,13 +200,18 @@ class GraphNode:
 
 @dataclass(eq=False)
 class Cluster:
-    """One call of a fused primitive function: its group name and pattern kind, its nodes."""
+    """One call of a fused primitive function: its group name and pattern kind, its nodes, and,
+    when the drawing knows it (:func:`to_dot`'s ``accel_groups``), where it runs."""
 
     index: int
     name: str
     pattern: Optional[OpPattern]
     anchor: Optional[str]
     nodes: list = field(default_factory=list)
+    call: Optional[Call] = None       # the call of the Primitive function this cluster draws
+    position: Optional[int] = None    # the call's index among @main's calls, in evaluation order
+    device: Optional[str] = None      # "accelerator" or "CPU" when known, else None
+    cycles: Optional[int] = None      # an accelerator group's simulated cycles (its last call)
 
 
 @dataclass(eq=False)
@@ -409,6 +423,7 @@ class _Builder:
         self.nodes: list = []
         self.clusters: list = []
         self.labels: dict = {}
+        self.calls = 0   # calls drawn outside any cluster: @main's calls, in evaluation order
 
     def add(self, kind, name, label, key, expr, inputs=(), cluster=None, pattern=None) -> int:
         index = len(self.nodes)
@@ -470,8 +485,10 @@ class _Builder:
 
     def _call(self, e: Call, env, cluster, let_value):
         op = e.op
-        if isinstance(op, Function) and op.is_primitive and cluster is None:
-            return self._fused(e, env)
+        if cluster is None:
+            self.calls += 1
+            if isinstance(op, Function) and op.is_primitive:
+                return self._fused(e, env)
         args = ([op] if isinstance(op, Var) else []) + list(e.args)
         inputs = self.inputs(args, env)
         if isinstance(op, Op):
@@ -493,7 +510,8 @@ class _Builder:
         fn = call.op
         group = fused_groups(fn)[0]
         index = len(self.clusters)
-        self.clusters.append(Cluster(index, group.name, group.pattern, group.anchor))
+        self.clusters.append(Cluster(index, group.name, group.pattern, group.anchor, call=call,
+                                     position=self.calls - 1))
         inner = {p: env[a] for p, a in zip(fn.params, call.args)}
         return self.walk(fn.body, inner, index)
 
@@ -532,16 +550,116 @@ def _as_function(obj, types: bool) -> Function:
     raise TypeError(f"to_dot: expected an IRModule, a Function or an expression, got {type(obj).__name__}")
 
 
-def dataflow_graph(mod_or_function, *, types: bool = True, max_label: int = 40) -> DataflowGraph:
+def dataflow_graph(mod_or_function, *, types: bool = True, max_label: int = 40,
+                   accel_groups=None) -> DataflowGraph:
     """The :class:`DataflowGraph` that :func:`to_dot` draws (and :func:`relaybench.viz.diff`
-    compares)."""
-    fn = _as_function(mod_or_function, types)
+    compares). A compiled module (:class:`~relaybench.backends.graph_executor.GraphModule`)
+    gives the graph of its optimized ``@main``, each cluster's ``device`` read from the kernel
+    the module runs for that call; ``accel_groups`` (see :func:`to_dot`) says it for a module."""
+    if _is_compiled(mod_or_function):
+        if accel_groups is not None:
+            raise ValueError("to_dot: accel_groups goes with a module; a compiled module's kernels "
+                             "say themselves which groups run on the accelerator")
+        fn, marks = _compiled_devices(mod_or_function)
+    else:
+        fn, marks = _as_function(mod_or_function, types), None
     b = _Builder(types, max_label)
     env: dict = {}
     for p in fn.params:
         env[p] = b._var(p, env, None, {})
     out = b.walk(fn.body, env, None)
-    return DataflowGraph(b.nodes, b.clusters, [out])
+    graph = DataflowGraph(b.nodes, b.clusters, [out])
+    if marks is not None:
+        for cluster in graph.clusters:
+            on_accel, cycles = marks[cluster.call]
+            cluster.device = "accelerator" if on_accel else "CPU"
+            cluster.cycles = cycles
+    elif accel_groups is not None:
+        _mark_accel_groups(graph, accel_groups)
+    return graph
+
+
+def _is_compiled(obj) -> bool:
+    """Whether ``obj`` is a module compiled by :func:`relaybench.build` (imported only when the
+    backends are loaded already: nothing else can have made one)."""
+    executor = sys.modules.get("relaybench.backends.graph_executor")
+    return executor is not None and isinstance(obj, executor.GraphModule)
+
+
+def _compiled_devices(gm) -> tuple:
+    """``@main`` of a compiled module (the optimized program its graph was read from) and, for
+    each of its calls, ``(runs on the accelerator, simulated cycles of its last call or None)``
+    from the kernel the module runs for it. The graph's nodes are the calls of ``@main`` in the
+    order the graph executor reads them (:func:`~relaybench.backends.graph_executor.extract_graph`),
+    so the two are paired by that same walk, not by names (structurally equal groups share a
+    kernel, and a group whose scalar constants were inlined is a new function)."""
+    from ..backends.graph_executor import _dataflow_order
+    main = gm.mod["main"]
+    calls = [n for n in _dataflow_order(main.body, {}) if isinstance(n, Call)]
+    nodes = gm.graph.nodes
+    if len(calls) != len(nodes):
+        raise ValueError(f"to_dot: the compiled module runs {len(nodes)} calls but its @main makes "
+                         f"{len(calls)}: the module and its graph disagree")
+    marks = {}
+    for call, node in zip(calls, nodes):
+        kernel = node.kernel
+        on_accel = bool(getattr(kernel, "accel", False))
+        marks[call] = (on_accel, getattr(kernel.compiled, "cycles", None) if on_accel else None)
+    return main, marks
+
+
+def _cluster_key_text(cluster: Cluster) -> str:
+    return f"{cluster.position} ({cluster.name})"
+
+
+def _matches(cluster: Cluster, key) -> bool:
+    if isinstance(key, bool):
+        raise TypeError(f"to_dot: accel_groups: {key!r} names no group (give call positions, group "
+                        f"names or Primitive functions)")
+    if isinstance(key, int) or (hasattr(key, "__index__") and not isinstance(key, (str, Expr))):
+        return cluster.position == int(key.__index__())
+    if isinstance(key, str):
+        return cluster.name == key
+    if isinstance(key, Function):
+        return cluster.call is not None and cluster.call.op is key
+    if isinstance(key, Call):
+        return cluster.call is key
+    raise TypeError(f"to_dot: accel_groups: a group is named by its call's position in @main, its "
+                    f"name, its Primitive function or its call, not a {type(key).__name__}")
+
+
+def _mark_accel_groups(graph: DataflowGraph, accel_groups) -> None:
+    """Set each cluster's ``device`` (and ``cycles``) from ``accel_groups`` (see :func:`to_dot`);
+    a key that names no fused group is an error listing the groups there are."""
+    from collections.abc import Mapping
+    if isinstance(accel_groups, Mapping):
+        items = list(accel_groups.items())
+    elif isinstance(accel_groups, (str, bytes)) or not hasattr(accel_groups, "__iter__"):
+        raise TypeError(f"to_dot: accel_groups is a collection or a mapping of groups, not "
+                        f"{type(accel_groups).__name__}")
+    else:
+        items = [(key, True) for key in accel_groups]
+    on_accel: dict = {}
+    for key, value in items:
+        matched = [c for c in graph.clusters if _matches(c, key)]
+        if not matched:
+            groups = ", ".join(_cluster_key_text(c) for c in graph.clusters) or "none"
+            raise ValueError(f"to_dot: accel_groups names {key!r}, which is no fused group of "
+                             f"@main; its groups (call position and name) are: {groups}")
+        if value is None or value is False:
+            continue
+        if isinstance(value, bool):
+            cycles = None
+        elif isinstance(value, int) and value >= 0:
+            cycles = int(value)
+        else:
+            raise ValueError(f"to_dot: accel_groups[{key!r}] is {value!r}; a group's value is True, "
+                             f"False or its simulated cycles (an int >= 0)")
+        for c in matched:
+            on_accel[c.index] = cycles
+    for c in graph.clusters:
+        c.device = "accelerator" if c.index in on_accel else "CPU"
+        c.cycles = on_accel.get(c.index)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -591,9 +709,17 @@ def _node_attrs(node: GraphNode) -> dict:
 
 
 def _cluster_attrs(cluster: Cluster) -> dict:
+    """A cluster's label (group name and pattern kind, then where it runs when that is known:
+    ``accelerator, 1234 cycles`` or ``CPU``) and border: :data:`ACCEL_CLUSTER` for a group on
+    the accelerator, :data:`CPU_CLUSTER` otherwise."""
     pattern = PATTERN_NAMES.get(cluster.pattern, "") if cluster.pattern is not None else ""
-    return {"label": f"{cluster.name}\\n{pattern}", "style": "rounded,dashed", "color": "#757575",
-            "fontsize": "9", "fontname": "Helvetica", "labeljust": "l"}
+    label = f"{cluster.name}\\n{pattern}"
+    if cluster.device == "accelerator":
+        label += "\\naccelerator" + (f", {cluster.cycles} cycles" if cluster.cycles is not None else "")
+    elif cluster.device is not None:
+        label += f"\\n{cluster.device}"
+    style = ACCEL_CLUSTER if cluster.device == "accelerator" else CPU_CLUSTER
+    return {"label": label, **style, "fontsize": "9", "fontname": "Helvetica", "labeljust": "l"}
 
 
 _PLAIN_ID = re.compile(r"([A-Za-z_][A-Za-z0-9_]*|-?(\.[0-9]+|[0-9]+(\.[0-9]*)?))\Z")
@@ -681,7 +807,8 @@ def draw(graph: DataflowGraph, name: str = "main", *, node_extra=None, extra=Non
 
 def legend() -> RelayDigraph:
     """A small drawing of the colors and borders :func:`to_dot` uses: the fill of each pattern
-    kind, the borders of layout and quantization operators, and the edge of each dtype class."""
+    kind, the borders of layout and quantization operators, the borders of fused groups on the
+    accelerator and on the CPU, and the edge of each dtype class."""
     g = RelayDigraph(name="legend", graph_attr={"rankdir": "LR"}, node_attr=_NODE_ATTRS)
     for kind in (OpPattern.ELEMWISE, OpPattern.BROADCAST, OpPattern.INJECTIVE, OpPattern.COMM_REDUCE,
                  OpPattern.OUT_ELEMWISE_FUSABLE, OpPattern.OPAQUE):
@@ -691,6 +818,12 @@ def legend() -> RelayDigraph:
            color=_LAYOUT_BORDER, fillcolor=PATTERN_COLORS[OpPattern.INJECTIVE])
     g.node("quantize", label="quantization", shape="box", style="rounded,filled,bold", penwidth="3",
            color=_QUANTIZE_BORDER, fillcolor=PATTERN_COLORS[OpPattern.OPAQUE])
+    # the fused groups' borders: on the accelerator, on the CPU
+    for key, label, style in (("accel", "fused group on the accelerator", ACCEL_CLUSTER),
+                              ("cpu", "fused group on the CPU", CPU_CLUSTER)):
+        with g.subgraph(name=f"cluster_{key}") as sub:
+            sub.attr(label=label, fontsize="9", fontname="Helvetica", **style)
+            sub.node(f"{key}_group", label="", shape="point", width="0.05", color=style["color"])
     # the edge colors: one short labelled edge per dtype class, between two dots
     with g.subgraph(name="cluster_dtypes") as sub:
         sub.attr(label="edges by dtype", style="rounded,dashed", color="#9e9e9e", fontsize="9",
@@ -704,7 +837,8 @@ def legend() -> RelayDigraph:
     return g
 
 
-def to_dot(mod_or_function, *, types: bool = True, max_label: int = 40) -> RelayDigraph:
+def to_dot(mod_or_function, *, types: bool = True, max_label: int = 40,
+           accel_groups=None) -> RelayDigraph:
     """The dataflow graph of ``@main`` (or of a Function or an expression) as a ``graphviz.Digraph``.
 
     ``types`` labels each edge with the shape and dtype of the value it carries (type inference
@@ -739,8 +873,32 @@ def to_dot(mod_or_function, *, types: bool = True, max_label: int = 40) -> Relay
     n7 -> n8 [label="(1, 2) int32" color="#ad1457" fontcolor="#ad1457" penwidth=2]
     n8 -> n10 [label="(1, 2) float32"]
     n9 -> n10 [label="() float32"]
+
+    **Where each group runs.** Given a compiled module (``to_dot(rb.build(q, target="accel"))``)
+    the drawing is of its optimized ``@main``, and each fused group's cluster says where the
+    module runs that call: on the simulated accelerator (:data:`ACCEL_CLUSTER`, a thick
+    goldenrod border on a light yellow background, labelled ``accelerator`` and, once the
+    module has run, the simulated cycles of the group's last call) or on the CPU
+    (:data:`CPU_CLUSTER`, labelled ``CPU``); :func:`legend` shows both. For a module that is not
+    compiled, ``accel_groups`` says it: the groups on the accelerator, or a mapping from a group
+    to True, False or its cycles. A group is named by the position of its call among
+    ``@main``'s calls in evaluation order (the index into ``GraphModule.groups`` of the module
+    built from it), by its name (every group of that name), by its Primitive function or by
+    its call; a name that matches no group is an error listing them.
+
+    >>> fused = rb.passes.FuseOps()(rb.parse('''#[version = "0.0.5"]
+    ... def @main(%x: Tensor[(1, 16, 4, 4), int8], %w: Tensor[(16, 16, 1, 1), int8]) {
+    ...   %0 = nn.conv2d(%x, %w, kernel_size=[1, 1], out_dtype="int32");
+    ...   nn.relu(nn.max_pool2d(%0, pool_size=[2, 2]))
+    ... }'''))
+    >>> for line in to_dot(fused, accel_groups={0: 120}).source.splitlines():
+    ...     if line.strip().startswith("color="):
+    ...         print(line.strip())
+    color="#b8860b" fillcolor="#fff3c4" fontname=Helvetica fontsize=9 label="fused_nn_conv2d\\nout-elemwise-fusable\\naccelerator, 120 cycles" labeljust=l penwidth=2.5 style="rounded,filled,bold"
+    color="#757575" fontname=Helvetica fontsize=9 label="fused_nn_max_pool2d_nn_relu\\nout-elemwise-fusable\\nCPU" labeljust=l style="rounded,dashed"
     """
-    graph = dataflow_graph(mod_or_function, types=types, max_label=max_label)
+    graph = dataflow_graph(mod_or_function, types=types, max_label=max_label,
+                           accel_groups=accel_groups)
     return draw(graph)
 
 

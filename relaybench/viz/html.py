@@ -17,7 +17,8 @@ colors readable on light and dark backgrounds). What each kind of object shows:
   ``max_modules`` rendered in full; later or very large ones name how to see them).
 * a ``PassRecord``: its row, the module after it and the text diff.
 * a compiled ``GraphModule``: target, threads, calls and kernels, compile statistics, the memory
-  plan, the list of calls with each kernel's schedule rule and pattern kind, and each kernel's
+  plan, the list of calls with each kernel's schedule rule and pattern kind (and, for an
+  accelerator build, whether the call runs on the accelerator or the CPU), and each kernel's
   loop IR in a collapsed ``<details>``.
 * a ``CompiledKernel`` (or a build's ``GroupKernel``): its loop IR highlighted (loop kinds and
   ``allocate`` colored), with its LLVM IR and assembly (AVX-512 registers and fused
@@ -722,11 +723,15 @@ def graph_module_html(gm) -> str:
         out.append(f"<div>{_muted('compile: ')}{_esc(_stats_text(stats))}</div>")
     out.append(f"<div>{_muted('memory: ')}{_esc(_plan_text(plan))}</div>")
     rows = []
+    accel = any(getattr(k, "accel", False) for k in kernels)   # an accelerator build: say where
     for i, node in enumerate(nodes):
         k = node.kernel
-        rows.append({"#": i, "call": node.name, "pattern": k.pattern, "rule": k.rule,
-                     "ops": ", ".join(k.ops),
-                     "outputs": ", ".join(gm.graph.entries[e].type_text for e in node.outputs)})
+        row = {"#": i, "call": node.name, "pattern": k.pattern, "rule": k.rule}
+        if accel:
+            row["runs on"] = "accelerator" if k.accel else "CPU"
+        row.update({"ops": ", ".join(k.ops),
+                    "outputs": ", ".join(gm.graph.entries[e].type_text for e in node.outputs)})
+        rows.append(row)
     out.append(_details(_esc(f"calls ({len(rows)})"), _table(rows), "rb-calls", len(rows) <= 40))
     for k in kernels:
         summary = (f"{_span('fn', _esc(k.name))} {_span('kw', _esc(k.pattern))} "

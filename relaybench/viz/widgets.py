@@ -10,9 +10,13 @@ Python, so a test or a script can do what a click does:
   the passes that changed the program (text diff, graph, op counts), and times the configuration
   on the interpreter or a compiled target, keeping a table of every configuration timed. Its
   quantization toggle puts :func:`relaybench.quantize.quantize` (annotate, calibrate, realize)
-  in front of the pipeline, under a qconfig chosen in the widget.
+  in front of the pipeline, under a qconfig chosen in the widget. A quantized program also runs
+  on the simulated accelerator (target ``accel``): the pipeline then packs it for the
+  accelerator (GraphPack) after quantization, and the timing says how much of the time is the
+  accelerator's (simulated) and how much the CPU's.
 * :class:`FusionView` lists the fused groups of a compiled module with their time per call and
-  shows, for the group selected, its loop IR, LLVM IR, assembly and dataflow graph.
+  where each runs (the accelerator, with its cycles, or the CPU), and shows, for the group
+  selected, its loop IR, LLVM IR, assembly (or accelerator program) and dataflow graph.
 
 A widget shows itself when it is the last expression of a cell (``_ipython_display_``); its
 ``widget`` attribute is the ``ipywidgets`` box. The output areas carry stable CSS classes
@@ -30,7 +34,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-__all__ = ["PassExplorer", "FusionView", "QUANTIZED_TARGETS", "PRECISIONS", "sqnr_db"]
+__all__ = ["PassExplorer", "FusionView", "QUANTIZED_TARGETS", "ACCEL_TARGET", "PRECISIONS", "sqnr_db"]
 
 _VIEW_MODULES = {"to_dot": "dot", "render_svg": "dot", "diff": "snapshot_diff"}
 
@@ -60,7 +64,8 @@ def _pre(text: str, css: str = "") -> str:
 
 
 def _graph_view(subject, cache: Optional[dict] = None) -> tuple:
-    """``(html, svg)`` for the dataflow graph of a module or function: the SVG drawn through
+    """``(html, svg)`` for the dataflow graph of a module, a function or a compiled module (its
+    groups on the accelerator drawn apart): the SVG drawn through
     :func:`relaybench.viz.to_dot` and :func:`relaybench.viz.render_svg`, or, when those are not
     available or the drawing fails, the program's text (``svg`` is then None)."""
     if cache is not None and subject in cache:
@@ -75,7 +80,8 @@ def _graph_view(subject, cache: Optional[dict] = None) -> tuple:
         except Exception as err:  # graphviz missing or failing: show the text instead
             note = f"graph view unavailable: {type(err).__name__}: {err}"
     if result is None:
-        text = subject.astext() if hasattr(subject, "astext") else str(subject)
+        program = getattr(subject, "mod", subject)   # a compiled module: its optimized program
+        text = program.astext() if hasattr(program, "astext") else str(program)
         result = (f"<p><i>{html.escape(note)}</i></p>" + _pre(text), None)
     if cache is not None:
         cache[subject] = result
@@ -124,6 +130,13 @@ def _agrees(got, want, rtol: float = 1e-4, atol: float = 1e-4) -> bool:
         if not np.allclose(x, y, rtol=rtol, atol=atol * max(scale, 1.0), equal_nan=True):
             return False
     return True
+
+
+def _bit_exact(got, want) -> bool:
+    """Whether two results are the same arrays: shapes, dtypes and every bit of every value."""
+    a, b = _flatten(got), _flatten(want)
+    return len(a) == len(b) and all(x.shape == y.shape and x.dtype == y.dtype and
+                                    x.tobytes() == y.tobytes() for x, y in zip(a, b))
 
 
 def sqnr_db(got, want) -> float:
@@ -178,8 +191,15 @@ def _random_inputs(main, seed: int, where: str) -> dict:
 #: Where a quantized configuration may run: the interpreter (the reference) and the target kinds
 #: whose code generators compile the realized program's int8 x int8 -> int32 (and int16)
 #: conv2d and dense, checked against the interpreter on resnet18 and the digits CNN. The OpenCL
-#: target (PoCL's CPU device) compiles them exactly too.
-QUANTIZED_TARGETS = ("interpreter", "llvm", "opencl")
+#: target (PoCL's CPU device) compiles them exactly too. The simulated accelerator runs the
+#: packed int8 convolutions (and the rest on the CPU, through LLVM); it runs nothing but
+#: quantized programs (:data:`ACCEL_TARGET`).
+QUANTIZED_TARGETS = ("interpreter", "llvm", "opencl", "accel")
+
+#: The target kind of the simulated accelerator: offered only for a quantized program (the
+#: quantization toggle on, or a program that has int8 convolutions already); choosing it puts
+#: GraphPack after quantization in the pipeline, as ``relaybench.build`` does for it.
+ACCEL_TARGET = "accel"
 
 #: The bits the widget offers: input and weight / accumulator, as qconfig knobs.
 PRECISIONS = {
@@ -191,6 +211,34 @@ PRECISIONS = {
 
 #: The calibrate modes that read a data set (the others need none).
 _DATA_MODES = ("max", "percentile", "kl_divergence")
+
+
+def _int8_convolutions(mod) -> int:
+    """How many ``nn.conv2d`` calls of ``@main`` (fused groups' bodies included) read int8 data:
+    the convolutions the accelerator can run."""
+    from ..ir.expr import Call, Op
+    from ..ir.functor import post_order
+    from ..ir.types import TensorType
+    from ..passes import InferType
+    main = mod["main"]
+    if main.checked_type is None:
+        main = InferType()(mod)["main"]
+    count = 0
+    for node in post_order(main):
+        if isinstance(node, Call) and isinstance(node.op, Op) and node.op.name == "nn.conv2d":
+            data = node.args[0].type_or_none
+            count += isinstance(data, TensorType) and str(data.dtype) == "int8"
+    return count
+
+
+def _default_target(targets: Sequence[str]) -> Optional[str]:
+    """The target "Time it" starts on: ``llvm`` (the host CPU, always there) when offered, else
+    the last one offered but the accelerator (choosing it changes the pipeline, so it is chosen
+    on purpose), else the accelerator."""
+    if "llvm" in targets:
+        return "llvm"
+    plain = [t for t in targets if t != ACCEL_TARGET]
+    return (plain or list(targets) or [None])[-1]
 
 
 def _known_targets() -> tuple:
@@ -237,10 +285,14 @@ class PassExplorer:
 
     **Running** applies the checked passes in their order in a
     ``PassContext(opt_level, instruments=[Snapshots()])``; a pass whose own opt_level is above the
-    chosen one is reported as skipped, as in Relay. The stepper then goes over the passes that
-    changed the program (:attr:`steps`) and starts on the last, so the view shows the final
-    program. Once a run has happened, changing a check box, the order or the opt_level runs again
-    at once (``auto_run``; set it to False to run only on the button).
+    chosen one is reported as skipped, as in Relay. The context's ``config["relay.target"]`` is
+    the chosen target (the host CPU's, ``llvm``, for the interpreter and the accelerator), as
+    :func:`relaybench.build` sets it, so AlterOpLayout and Legalize apply that target's policies:
+    ``llvm`` blocks convolutions into ``NCHW{x}c``, ``opencl`` keeps ``NCHW``. The stepper then
+    goes over the passes that changed the program (:attr:`steps`) and starts on the last, so the
+    view shows the final program. Once a run has happened, changing a check box, the order, the
+    opt_level or the target's policies runs again at once (``auto_run``; set it to False to run
+    only on the button).
 
     **Timing** runs the module the checked passes produced: the interpreter executes it; a
     compiled target builds it with :func:`relaybench.build` with the build's own pipeline
@@ -265,6 +317,21 @@ class PassExplorer:
     (:func:`sqnr_db`) must reach ``min_sqnr_db`` (20 dB: an RMS error within 10% of the signal's;
     a well-calibrated 8/32 program scores 30 to 45 dB). A quantized configuration runs on
     :data:`QUANTIZED_TARGETS` only.
+
+    **The accelerator** (target ``accel``, offered once the program is quantized: the toggle on,
+    or a program given with int8 convolutions). Choosing it (the dropdown, or ``time("accel")``)
+    puts :func:`~relaybench.passes.graph_pack.GraphPack`, with the design's batch and channel
+    block, in front of the checked passes, as ``relaybench.build`` does for the accelerator:
+    its step shows the packed layouts (``NCHW1n16c`` data, ``OIHW16o16i`` weights) and the
+    fences FuseOps then respects. ``time("accel")`` builds the program shown for the
+    accelerator and takes its time per run from ``GraphModule.profile``: the groups on the
+    accelerator count their simulated cycles at the design's clock (``accel_ms``), the others
+    their measured CPU time (``cpu_ms``); ``latency_ms`` is the sum. The row says how many of
+    the calls run on the accelerator (``accel_groups`` of ``groups``; :attr:`accel_module` is
+    the build, for :func:`relaybench.viz.to_dot` or :class:`FusionView`), and its ``matches``
+    adds to the checks above that the output equals, bit for bit (``matches_llvm``), the
+    output of the quantized program built for ``llvm`` by ``relaybench.build``
+    (:meth:`llvm_reference`): the accelerator computes the same integers as the CPU.
 
     >>> import numpy as np
     >>> v, w = rb.var("v", shape=(1, 8)), rb.var("w", shape=(4, 8))
@@ -333,6 +400,10 @@ class PassExplorer:
         self._dataset_version = 0
         self._random_dataset = None
         self._quantized_references: dict = {}
+        self._llvm_references: dict = {}
+        self.accel_module = None
+        self._accel_final = None    # the program accel_module was built from
+        self._input_int8 = _int8_convolutions(self.mod) > 0
         self._syncing = False
         self._build_widgets(opt_level)
         if not isinstance(quantize, (bool, dict)):
@@ -384,7 +455,70 @@ class PassExplorer:
                        f"{', '.join(self.pass_names)}")
 
     def _config(self) -> tuple:
-        return (tuple(self.enabled), self.opt_level, self._quantize_key())
+        return (tuple(self.enabled), self.opt_level, self._quantize_key(), self._packs(),
+                self._pass_target())
+
+    def _pass_target(self) -> str:
+        """The target whose policies the passes apply (their PassContext's
+        ``config["relay.target"]``, as :func:`relaybench.build` sets it): the chosen compiled
+        target, or the host CPU (``llvm``) for the interpreter and for the accelerator, whose
+        build leaves the groups it does not run to the CPU's policies."""
+        from ..backends.target import Target
+        if self.target in (None, "interpreter"):
+            return "llvm"
+        target = Target.parse(self.target)
+        return str(target.host if target.kind == ACCEL_TARGET else target)
+
+    # ---- the accelerator ------------------------------------------------------------------------
+    @property
+    def target(self) -> Optional[str]:
+        """The target chosen in the dropdown ("Time it" runs there; ``accel`` adds GraphPack to
+        the pipeline)."""
+        return self.target_dropdown.value
+
+    def accel_ready(self) -> bool:
+        """Whether the accelerator is offered: the program is quantized (the toggle on, or
+        int8 convolutions in the program given)."""
+        return self.quantize or self._input_int8
+
+    def _packs(self) -> bool:
+        """Whether the pipeline packs the program for the accelerator (the accelerator chosen)."""
+        return self.target == ACCEL_TARGET and self.accel_ready()
+
+    @staticmethod
+    def _graph_pack_options() -> dict:
+        """GraphPack's batch and channel block: the default accelerator design's."""
+        from ..backends.target import Target
+        config = Target.parse(ACCEL_TARGET).accel_config()
+        return {"bfactor": config.batch, "cfactor": config.block_out}
+
+    def _choose_target(self, target: str) -> None:
+        """Show ``target`` in the dropdown without its observer running the passes again (the
+        caller does when the configuration changed)."""
+        if self.target_dropdown.value != target:
+            self._syncing = True
+            try:
+                self.target_dropdown.value = target
+            finally:
+                self._syncing = False
+
+    def _on_target(self, change) -> None:
+        """The dropdown changed: the passes apply the new target's policies (and GraphPack runs
+        for the accelerator), so they run again."""
+        if not self._syncing and self._ran_config is not None and self._config() != self._ran_config:
+            self._click(self._changed)
+
+    def llvm_reference(self):
+        """The output of the quantized program (the last run's :attr:`quantized`, or the program
+        given when it came quantized) built for ``llvm`` by :func:`relaybench.build` with its own
+        pipeline, on :attr:`inputs`: what the accelerator's build must equal bit for bit. Kept
+        per quantization configuration."""
+        key = self._ran_config[2] if self._ran_config is not None else None
+        if key not in self._llvm_references:
+            from ..backends.build import build
+            program = self.quantized if self.quantized is not None else self.mod
+            self._llvm_references[key] = build(program, "llvm").run(**self.inputs)
+        return self._llvm_references[key]
 
     # ---- quantization ---------------------------------------------------------------------------
     @property
@@ -505,13 +639,16 @@ class PassExplorer:
 
     def _time_targets(self) -> list:
         """The targets "Time it" offers now: the explorer's, those with int8 kernels when
-        quantized."""
-        return [t for t in self.targets if not self.quantize or t in QUANTIZED_TARGETS]
+        quantized, the accelerator only for a quantized program."""
+        ready = self.accel_ready()
+        return [t for t in self.targets if (not self.quantize or t in QUANTIZED_TARGETS)
+                and (t != ACCEL_TARGET or ready)]
 
-    def _pipeline(self):
+    def _pipeline(self, pack: bool = False):
+        """The checked passes in order, after GraphPack when ``pack``."""
         from ..passes.pipelines import build_pipeline
         level = self.opt_level
-        items = []
+        items = [("GraphPack", self._graph_pack_options())] if pack else []
         for e in self._entries:
             if self.checkboxes[e["label"]].value:
                 options = {k: (level if v == "opt_level" else v) for k, v in e["options"].items()}
@@ -542,14 +679,19 @@ class PassExplorer:
         from ..passes.infra import PassContext
         from ..passes.instruments import Snapshots
         snaps = Snapshots()
-        pipeline = self._pipeline()
         self._graph_cache.clear()   # the views of the last run's programs
         self._diffs.clear()
         quantizing = "quantization, then " if self.quantize else ""
-        self._status(f"running {quantizing}{len(pipeline.passes)} passes at opt_level {self.opt_level} ...")
-        with PassContext(opt_level=self.opt_level, instruments=[snaps]):
+        packing = "GraphPack for the accelerator, then " if self._packs() else ""
+        self._status(f"running {quantizing}{packing}{len(self.enabled)} passes at opt_level "
+                     f"{self.opt_level} ...")
+        config = {"relay.target": self._pass_target()}   # AlterOpLayout, Legalize: the target's way
+        with PassContext(opt_level=self.opt_level, instruments=[snaps], config=config):
             quantized = self._quantized_module() if self.quantize else None
-            final = pipeline(quantized if quantized is not None else self.mod)
+            program = quantized if quantized is not None else self.mod
+            # as relaybench.build: a program without int8 convolutions has nothing to pack
+            pipeline = self._pipeline(pack=self._packs() and _int8_convolutions(program) > 0)
+            final = pipeline(program)
         self.snapshots = snaps
         self.quantized = quantized
         self.final = final
@@ -614,7 +756,9 @@ class PassExplorer:
     def _graph(self) -> tuple:
         """``(html, svg)`` of the graph to show: the program after the current pass, or, with
         "mark changes" checked, :func:`relaybench.viz.diff`'s graph of the step (added and
-        removed nodes highlighted)."""
+        removed nodes highlighted). Once the final program has been timed on the accelerator,
+        its graph (the last step's) is drawn from that build, the groups on the accelerator
+        apart from those on the CPU."""
         rec = self.current
         if rec is not None and self.mark_changes_box.value:
             key = ("changes", rec.before, rec.after)
@@ -630,6 +774,11 @@ class PassExplorer:
                 self._graph_cache[key] = result
             if self._graph_cache[key] is not None:
                 return self._graph_cache[key]
+        if self._accel_final is not None and self._accel_final is self.final and \
+                self._step == len(self.steps) - 1:
+            # the final program as the accelerator build compiled it: its groups on the
+            # accelerator drawn apart from those on the CPU
+            return _graph_view(self.accel_module, self._graph_cache)
         return _graph_view(self.current_module, self._graph_cache)
 
     def _show_step(self) -> None:
@@ -710,7 +859,12 @@ class PassExplorer:
         that interpreter's (within 1e-4, relative to the output's magnitude); for a quantized
         one, whether it equals the interpreter's on the quantized program to that tolerance
         (``matches_quantized``, with ``quantized_max_abs_error``) and is within quantization
-        error of the float result (``sqnr_db >= min_sqnr_db``).
+        error of the float result (``sqnr_db >= min_sqnr_db``). On the accelerator the row
+        also has ``accel_ms`` (simulated), ``cpu_ms`` (measured), ``accel_groups`` and
+        ``groups`` (calls on the accelerator, calls in all), ``matches_llvm`` (bit for bit the
+        output of :meth:`llvm_reference`) and ``llvm_max_abs_error``; ``matches`` requires
+        ``matches_llvm`` too. Choosing a target here chooses it in the dropdown, so timing on
+        the accelerator runs the passes again with GraphPack when the last run had none.
         """
         from ..backends.executor import create_executor
         from ..passes.pipelines import DEFAULT_PASSES
@@ -721,6 +875,11 @@ class PassExplorer:
         if self.quantize and target not in QUANTIZED_TARGETS:
             raise ValueError(f"PassExplorer.time: target {target!r} has no int8 kernels; a quantized "
                              f"configuration runs on {', '.join(self._time_targets())}")
+        if target == ACCEL_TARGET and not self.accel_ready():
+            raise ValueError("PassExplorer.time: the accelerator runs quantized programs (int8 "
+                             "convolutions) and this program is float; turn quantization on "
+                             "(the quantize check box, or set_quantize(True)) to time it there")
+        self._choose_target(target)
         if self._ran_config != self._config():
             self.run()
         mod = self.final
@@ -730,6 +889,7 @@ class PassExplorer:
         self._status(f"timing on {target} ...")
         reference = self.reference()
         bar.value += 1
+        accel = None
         if target == "interpreter":
             run = create_executor("interpreter", mod=mod).evaluate()
             output = run(**self.inputs)
@@ -747,9 +907,11 @@ class PassExplorer:
             graph = build(mod, target, opt_level=self.opt_level, disabled_pass=sorted(names))
             bar.value += 1
             output = graph.run(**self.inputs)
-            result = graph.benchmark(number=number, repeat=repeat)
+            if target == ACCEL_TARGET:
+                latency, accel = self._accel_timing(graph, number)
+            else:
+                latency = graph.benchmark(number=number, repeat=repeat).median_ms
             bar.value += repeat
-            latency = result.median_ms
         bar.value = bar.max
         self.last_output = output
         first = self.results[0]["latency_ms"] if self.results else latency
@@ -758,6 +920,11 @@ class PassExplorer:
                "quantized": self._quantize_label(),
                "latency_ms": latency, "speedup": first / latency if latency > 0 else float("inf"),
                "max_abs_error": _max_error(output, reference), "sqnr_db": sqnr_db(output, reference)}
+        if accel is not None:
+            row.update(accel)
+            llvm = self.llvm_reference()
+            row["llvm_max_abs_error"] = _max_error(output, llvm)
+            row["matches_llvm"] = _bit_exact(output, llvm)
         note = ""
         if self.quantize:
             qref = self.quantized_reference()
@@ -776,10 +943,35 @@ class PassExplorer:
             row["matches"] = _agrees(output, reference)
             if not row["matches"]:
                 note = " &mdash; <b>the result differs from the interpreter's</b>"
+        if accel is not None:
+            note = (f" ({row['accel_ms']:.3f} ms simulated on the accelerator, {row['cpu_ms']:.3f} ms "
+                    f"on the CPU; {row['accel_groups']} of {row['groups']} calls on the accelerator)"
+                    + note)
+            if row["matches_llvm"]:
+                note += ", bit-exact with the llvm build"
+            else:
+                row["matches"] = False
+                note += " &mdash; <b>the result differs from the llvm build of the quantized program</b>"
         self.results.append(row)
         self._show_results()
+        if accel is not None:
+            self._show_step()   # the final program's graph: now with the accelerator's groups
         self._status(f"{target}: {latency:.3f} ms{note}")
         return row
+
+    def _accel_timing(self, graph, number: int) -> tuple:
+        """``(ms per run, row fields)`` of an accelerator build from its profile: the simulated
+        time of the groups on the accelerator and the measured time of the others."""
+        self.accel_module = graph
+        self._accel_final = self.final
+        profile = graph.profile(number=number)
+        on_accel = {k.name for k in graph.kernels if k.accel}
+        accel_ms = sum(r["ms/run"] for r in profile.groups if r["group"] in on_accel)
+        cpu_ms = sum(r["ms/run"] for r in profile.groups if r["group"] not in on_accel)
+        nodes = graph.graph.nodes
+        fields = {"accel_ms": accel_ms, "cpu_ms": cpu_ms,
+                  "accel_groups": sum(1 for n in nodes if n.kernel.accel), "groups": len(nodes)}
+        return accel_ms + cpu_ms, fields
 
     def results_table(self):
         """:attr:`results` as a :class:`~relaybench.viz.Table` (order shown only when changed;
@@ -787,11 +979,14 @@ class PassExplorer:
         it is within quantization error)."""
         from .table import Table
         original = [e["label"] for e in sorted(self._entries, key=lambda e: self._order[e["label"]])]
+        any_accel = any("accel_ms" in r for r in self.results)
         rows = []
         for r in self.results:
             in_order = [p for p in original if p in r["passes"]]
             order = "pipeline order" if list(r["passes"]) == in_order else " → ".join(r["passes"])
-            if not r["quantized"]:
+            if "matches_llvm" in r and not r["matches_llvm"]:
+                verdict = "NO: differs from the llvm build"
+            elif not r["quantized"]:
                 verdict = "yes" if r["matches"] else "NO"
             elif r["matches"]:
                 verdict = "yes, within quantization error"
@@ -799,12 +994,20 @@ class PassExplorer:
                 verdict = "NO: differs from the quantized program"
             else:
                 verdict = "NO: too far from the float result"
-            rows.append({"#": r["#"], "target": r["target"], "opt_level": r["opt_level"],
-                         "quantized": r["quantized"] or "-",
-                         "disabled": ", ".join(r["disabled"]) or "-", "order": order,
-                         "latency (ms)": f"{r['latency_ms']:.3f}", "speedup": f"{r['speedup']:.2f}x",
-                         "max |error|": f"{r['max_abs_error']:.2g}", "SQNR (dB)": f"{r['sqnr_db']:.1f}",
-                         "matches interpreter": verdict})
+            if r.get("matches_llvm") and r["matches"]:
+                verdict += ("; " if r["quantized"] else ", ") + "bit-exact with llvm"
+            row = {"#": r["#"], "target": r["target"], "opt_level": r["opt_level"],
+                   "quantized": r["quantized"] or "-",
+                   "disabled": ", ".join(r["disabled"]) or "-", "order": order,
+                   "latency (ms)": f"{r['latency_ms']:.3f}"}
+            if any_accel:   # the accelerator's rows split their time: simulated, measured
+                accel = "accel_ms" in r
+                row["accelerator (simulated) ms"] = f"{r['accel_ms']:.3f}" if accel else "-"
+                row["CPU ms"] = f"{r['cpu_ms']:.3f}" if accel else "-"
+                row["groups on the accelerator"] = f"{r['accel_groups']} of {r['groups']}" if accel else "-"
+            row.update({"speedup": f"{r['speedup']:.2f}x", "max |error|": f"{r['max_abs_error']:.2g}",
+                        "SQNR (dB)": f"{r['sqnr_db']:.1f}", "matches interpreter": verdict})
+            rows.append(row)
         return Table(rows)
 
     def _show_results(self) -> None:
@@ -872,8 +1075,10 @@ class PassExplorer:
         table_box.set_title(0, "every pass of the last run")
         table_box.selected_index = None
 
-        self.target_dropdown = w.Dropdown(options=list(self.targets), description="target",
-                                          value=self.targets[-1])
+        offered = self._time_targets()
+        self.target_dropdown = w.Dropdown(options=offered, description="target",
+                                          value=_default_target(offered))
+        self.target_dropdown.observe(self._on_target, names="value")
         self.time_button = w.Button(description="Time it", button_style="info")
         self.time_button.add_class("rb-time")
         self.time_button.on_click(lambda _: self._click(self.time))
@@ -970,7 +1175,7 @@ class PassExplorer:
                     value = dropdown.value
                     dropdown.options = targets
                     if targets:
-                        dropdown.value = value if value in targets else targets[-1]
+                        dropdown.value = value if value in targets else _default_target(targets)
         finally:
             self._syncing = False
 
@@ -1014,7 +1219,12 @@ class FusionView:
     seeded random inputs, or ``inputs``).
 
     :attr:`groups` has one row per distinct kernel: name, ops, pattern kind, anchor op, schedule
-    rule, calls per run and time per call. :meth:`select` picks one (by name or index); the view
+    rule, where it runs (``runs on``: ``CPU``, ``accelerator``, ``OpenCL device`` or ``CPU
+    (reference interpreter)`` for a host kernel), calls per run and time per call. A module
+    built for the accelerator adds ``cycles`` (the simulated cycles of a group's last call on
+    the accelerator: filled once the module has run, as profiling does) and ``why on the CPU``
+    (the build's reason for each group left to the CPU, ``compile_stats.cpu_reasons``), and a
+    tab with the accelerator's program. :meth:`select` picks one (by name or index); the view
     then shows its loop IR, LLVM IR and assembly in tabs (:meth:`current_source`) and the
     dataflow graph of its Primitive function.
 
@@ -1030,6 +1240,8 @@ class FusionView:
     """
 
     SOURCES = (("loops", "loop IR"), ("llvm", "LLVM IR"), ("asm", "assembly"))
+    #: the tab a module with accelerator groups adds
+    ACCEL_SOURCE = ("accel", "accelerator program")
 
     def __init__(self, mod_or_compiled, params: Optional[dict] = None, *, target="llvm",
                  opt_level: int = 3, profile: bool = True, inputs: Optional[dict] = None,
@@ -1044,6 +1256,8 @@ class FusionView:
             from ..backends.build import build
             self.module = build(mod_or_compiled, target, params=params, opt_level=opt_level)
         self.kernels = self.module.kernels
+        self.has_accel = any(k.accel for k in self.kernels)
+        self.sources = self.SOURCES + ((self.ACCEL_SOURCE,) if self.has_accel else ())
         self.profile = None
         if profile:
             if inputs is None:
@@ -1078,16 +1292,32 @@ class FusionView:
         for name, *_ in self.module.groups:
             base = name.split("#")[0]
             calls[base] = calls.get(base, 0) + 1
+        reasons = getattr(self.module.compile_stats, "cpu_reasons", None) or {}
         rows = []
         for i, k in enumerate(self.kernels):
             described = fused_groups(k.function)
             anchor = described[0].anchor if described else None
             t = timed.get(k.name, {})
-            rows.append({"#": i, "group": k.name, "ops": ", ".join(k.ops) or "copy",
-                         "pattern": k.pattern, "anchor": anchor or "", "rule": k.rule,
-                         "calls": calls.get(k.name, 0), "ms/call": t.get("ms/call", ""),
-                         "%": t.get("%", "")})
+            row = {"#": i, "group": k.name, "ops": ", ".join(k.ops) or "copy",
+                   "pattern": k.pattern, "anchor": anchor or "", "rule": k.rule,
+                   "runs on": self._where(k), "calls": calls.get(k.name, 0),
+                   "ms/call": t.get("ms/call", ""), "%": t.get("%", "")}
+            if self.has_accel:
+                cycles = k.compiled.cycles if k.accel else None
+                row["cycles"] = cycles if cycles is not None else ""
+                row["why on the CPU"] = "" if k.accel else reasons.get(k.name, "")
+            rows.append(row)
         return rows
+
+    def _where(self, kernel) -> str:
+        """Where the module runs a kernel: the accelerator, the reference interpreter on the
+        host, the OpenCL device, or the CPU."""
+        if kernel.accel:
+            return "accelerator"
+        if kernel.host:
+            return "CPU (reference interpreter)"
+        kind = getattr(self.module.target, "kind", "llvm")
+        return "OpenCL device" if kind == "opencl" else "CPU"
 
     def _default_group(self) -> int:
         """The group taking the most time (the first when not profiled)."""
@@ -1122,12 +1352,20 @@ class FusionView:
             self.group_select.value = name   # the observer shows it
 
     def current_source(self, kind: str = "loops") -> str:
-        """The selected group's ``"loops"``, ``"llvm"`` or ``"asm"`` source."""
+        """The selected group's ``"loops"``, ``"llvm"`` or ``"asm"`` source, or its
+        ``"accel"`` program (a group on the CPU has none: the text says why it is there)."""
         if self.selected is None:
             raise ValueError("FusionView: no group selected")
         key = (self.selected, kind)
         if key not in self._sources:
-            self._sources[key] = self.module.source(kind, group=self.selected)
+            k = self.current_kernel
+            if kind == "accel" and not k.accel:
+                reasons = getattr(self.module.compile_stats, "cpu_reasons", None) or {}
+                why = reasons.get(k.name)
+                self._sources[key] = (f"// {k.name}: runs on the {self._where(k)}"
+                                      + (f" ({why})" if why else "") + ", so it has no accelerator program")
+            else:
+                self._sources[key] = self.module.source(kind, group=self.selected)
         return self._sources[key]
 
     @property
@@ -1141,14 +1379,19 @@ class FusionView:
 
     def _show(self, name: str) -> None:
         self.selected = name
-        for (kind, _title), box in zip(self.SOURCES, self.source_html):
+        for (kind, _title), box in zip(self.sources, self.source_html):
             box.value = _pre(self.current_source(kind))
         k = self.current_kernel
         row = self.groups[self._index(name)]
+        where = f"runs on the {row['runs on']}"
+        if row.get("cycles") != "" and row.get("cycles") is not None:
+            where += f", {row['cycles']} cycles per call"
+        elif row.get("why on the CPU"):
+            where += f" ({row['why on the CPU']})"
         self.group_label.value = (f"<p><b>{html.escape(k.name)}</b>: {html.escape(row['ops'])}; "
                                   f"pattern {html.escape(row['pattern'])}, anchor "
                                   f"{html.escape(row['anchor'] or '-')}, schedule "
-                                  f"{html.escape(row['rule'])}</p>")
+                                  f"{html.escape(row['rule'])}; {html.escape(where)}</p>")
         self.graph_html.value = _graph_view(k.function, self._graph_cache)[0]
 
     def _build_widgets(self) -> None:
@@ -1161,12 +1404,12 @@ class FusionView:
         self.group_select.observe(lambda change: self._show(change["new"]), names="value")
         self.group_label = w.HTML()
         self.source_html = []
-        for kind, _title in self.SOURCES:
+        for kind, _title in self.sources:
             box = w.HTML()
             box.add_class(f"rb-source-{kind}")
             self.source_html.append(box)
         self.tabs = w.Tab(children=self.source_html)
-        for i, (_kind, title) in enumerate(self.SOURCES):
+        for i, (_kind, title) in enumerate(self.sources):
             self.tabs.set_title(i, title)
         self.tabs.add_class("rb-source")
         self.graph_html = w.HTML()

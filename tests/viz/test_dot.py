@@ -238,9 +238,11 @@ def test_digraph_displays_through_graphviz_pure():
     assert set(bundle) == {"image/svg+xml"}
     assert bundle["image/svg+xml"].count('class="node"') == 11
     assert g.pipe(format="svg", encoding="utf-8").count('class="node"') == 11
-    # 6 pattern kinds, the layout and quantization borders, and two dots per dtype-class edge
+    # 6 pattern kinds, the layout and quantization borders, a dot in each of the two group
+    # borders (accelerator, CPU), and two dots per dtype-class edge
     svg = legend().pipe(format="svg")
-    assert svg.count(b'class="node"') == 8 + 2 * 5 and svg.count(b'class="edge"') == 5
+    assert svg.count(b'class="node"') == 8 + 2 + 2 * 5 and svg.count(b'class="edge"') == 5
+    assert b"fused group on the accelerator" in svg and b"fused group on the CPU" in svg
 
 
 def test_missing_executable_is_named(monkeypatch, tmp_path):

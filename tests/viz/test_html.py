@@ -258,3 +258,16 @@ def test_every_listed_class_has_a_rich_view():
     for cls in (IRModule, rb.Function, Type, GraphModule, BenchmarkResult, CompiledKernel, LoweredFunc,
                 Snapshots, PassRecord, Profile):
         assert callable(getattr(cls, "_repr_html_", None)), cls
+
+
+def test_rb_viz_html_stays_the_function_once_its_module_is_imported():
+    # a fresh interpreter: the module imported first (as a compiled module's _repr_html_ does),
+    # the package attribute asked for after
+    import subprocess
+    import sys
+    code = ("import sys, relaybench.viz.html, relaybench as rb\n"
+            "print(callable(rb.viz.html), rb.viz.html is sys.modules['relaybench.viz.html'].html)\n"
+            "print('<td' in rb.viz.html(rb.viz.Table([{'a': 1}])))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "True", "True"]

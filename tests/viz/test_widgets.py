@@ -14,6 +14,8 @@ import pytest
 
 import relaybench as rb
 from relaybench import op
+from relaybench.ir import Call, Op
+from relaybench.ir.functor import post_order
 
 pytest.importorskip("ipywidgets")
 
@@ -198,6 +200,31 @@ def test_time_on_the_interpreter_and_llvm(model):
     assert html.count("<tr>") == 4 and "FuseOps" in html and "interpreter" in html
     with pytest.raises(ValueError, match="unknown target 'cuda'"):
         explorer.time("cuda")
+
+
+def _conv_layouts(mod):
+    return sorted((e.attrs.data_layout, e.attrs.kernel_layout) for e in post_order(mod["main"])
+                  if isinstance(e, Call) and isinstance(e.op, Op) and e.op.name == "nn.conv2d")
+
+
+def test_the_passes_apply_the_chosen_targets_policies(model):
+    # the program timed on a target is laid out as rb.build lays it out for that target
+    pyopencl = pytest.importorskip("pyopencl")
+    if not pyopencl.get_platforms():
+        pytest.skip("no OpenCL platform")
+    mod, params = model
+    explorer = rb.viz.PassExplorer(mod, params, targets=("interpreter", "llvm", "opencl"))
+    llvm_row = explorer.time("llvm")
+    assert _conv_layouts(explorer.final) == _conv_layouts(rb.build(mod, "llvm", params=params).mod)
+    assert any(layout != "NCHW" for layout, _ in _conv_layouts(explorer.final))   # NCHW{x}c
+    opencl_row = explorer.time("opencl")
+    assert explorer.run_count == 2                   # choosing OpenCL ran the passes again
+    assert _conv_layouts(explorer.final) == _conv_layouts(rb.build(mod, "opencl", params=params).mod)
+    assert _conv_layouts(explorer.final) == [("NCHW", "OIHW")]
+    assert llvm_row["matches"] and opencl_row["matches"]
+    np.testing.assert_allclose(explorer.last_output, _expected(explorer.inputs, params), rtol=1e-4, atol=1e-4)
+    explorer.time("interpreter")                     # the interpreter: the host CPU's policies
+    assert _conv_layouts(explorer.final) == _conv_layouts(rb.build(mod, "llvm", params=params).mod)
 
 
 def test_a_moved_pass_order_computes_the_same_result(model):

@@ -391,8 +391,9 @@ def emit(lowered: LoweredConv, config: AccelConfig, bases: dict) -> LoweredConv:
     res_at = tuple(base + tile_acc + toc for base in acc_base)
     residual = plan.residual_param is not None
 
-    # the micro-op tables: a GEMM table per (input half, weight half, accumulator half) used, a
-    # reset, ALU, bias, residual and residual-add entry per accumulator half
+    # the micro-op tables: a GEMM table per (input half, weight half, accumulator half) used; a
+    # reset and an ALU entry per accumulator half, and a bias, a residual and a residual-add one
+    # when the group has them
     uops: list = []
     gemm_range: dict = {}
 
@@ -416,9 +417,11 @@ def emit(lowered: LoweredConv, config: AccelConfig, bases: dict) -> LoweredConv:
 
     reset_range = {s: single(Uop(acc_base[s], 0, 0)) for s in (0, 1)}
     alu_range = {s: single(Uop(acc_base[s], acc_base[s], 0)) for s in (0, 1)}
-    bias_range = {s: single(Uop(acc_base[s], bias_at[s], 0)) for s in (0, 1)}
-    res_range = {s: single(Uop(res_at[s], res_at[s], 0)) for s in (0, 1)}
-    add_range = {s: single(Uop(acc_base[s], res_at[s], 0)) for s in (0, 1)}
+    if plan.has_bias:
+        bias_range = {s: single(Uop(acc_base[s], bias_at[s], 0)) for s in (0, 1)}
+    if residual:   # only then is room kept for it (choose_tiling)
+        res_range = {s: single(Uop(res_at[s], res_at[s], 0)) for s in (0, 1)}
+        add_range = {s: single(Uop(acc_base[s], res_at[s], 0)) for s in (0, 1)}
 
     def with_deps(insn_list, first_deps: set, last_deps: set):
         """The instructions, with the dependence flags of the first and the last set."""

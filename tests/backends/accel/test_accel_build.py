@@ -167,3 +167,21 @@ def test_a_target_dict_names_the_cpu_part():
     lib = rb.build(q, target={"accel": "accel", "cpu": "llvm"})
     np.testing.assert_array_equal(lib.run(data=x), rb.build(q, target="llvm").run(data=x))
     assert lib.compile_stats.accel_kernels > 0
+
+
+def test_a_tile_that_fills_the_accumulator_half_exactly():
+    """Multi-batch design (4 x 8 x 8): a 1x1 stride-2 convolution whose tile and bias fill half
+    the accumulator to the last entry; no entry is kept for a residual it does not have."""
+    config = AccelConfig.multi_batch(4, split="square")
+    mod = _packed_conv(256, 512, 14, 1, 0, 2, "requantize", b=4, block=8)
+    main = mod["main"]
+    func = Function(main.params, main.body, main.ret_type)
+    plan = plan_group(func, config)
+    tiling = choose_tiling(plan, config)
+    assert tiling.toc * tiling.th * 7 + tiling.toc == config.acc_depth // 2
+    kernel = AccelKernel("g", func, plan, config)
+    args = _args(mod, 11)
+    want = np.asarray(rb.create_executor("interpreter", mod=mod).evaluate()(*args))
+    out = np.zeros(want.shape, "int8")
+    kernel(*args, out)
+    np.testing.assert_array_equal(out, want)
