@@ -27,6 +27,7 @@ _LAZY = {
     "ir": ("relaybench.ir", None),
     "create_executor": ("relaybench.backends.executor", "create_executor"),
     "build": ("relaybench.backends.build", "build"),
+    "vm": ("relaybench.backends.vm", None),
     "viz": ("relaybench.viz", None),
     "experiments": ("relaybench.experiments", None),
     "testing": ("relaybench.testing", None),

@@ -94,13 +94,70 @@ class GraphExecutor(Executor):
         return run
 
 
+class VMExecutor(Executor):
+    """The Relay VM: ``evaluate()`` compiles the whole module once (opt_level and passes from
+    the current PassContext, 2 by default as in Relay) for ``target`` (default ``llvm``) and
+    returns a function of a global's inputs, given in order or by name. Every program runs:
+    control flow, closures, ADTs, references. Values are the interpreter's, closures the VM's
+    :class:`~relaybench.backends.vm.VMClosure`.
+
+    >>> import numpy as np, relaybench as rb
+    >>> mod = rb.parse('''#[version = "0.0.5"]
+    ... def @main(%x: Tensor[(2), float32], %n: int32) -> Tensor[(2), float32] {
+    ...   if (equal(%n, 0)) { %x } else { @main(multiply(%x, 2f), subtract(%n, 1)) }
+    ... }''')
+    >>> rb.create_executor("vm", mod=mod).evaluate()(np.ones(2, "float32"), np.int32(3))
+    array([8., 8.], dtype=float32)
+    """
+
+    def __init__(self, mod: Optional[IRModule], target=None):
+        super().__init__(mod, target if target is not None else "llvm")
+        self._machines: dict = {}
+
+    def _machine(self, mod: IRModule, key):
+        vm = self._machines.get(key)
+        if vm is None:
+            from ..passes.infra import PassContext
+            from .vm import VirtualMachine, compile
+            ctx = PassContext.current()
+            exe = compile(mod, self.target, opt_level=ctx.opt_level,
+                          required_pass=ctx.required_pass, disabled_pass=ctx.disabled_pass,
+                          config=ctx.config, instruments=ctx.instruments)
+            vm = self._machines[key] = VirtualMachine(exe)
+        return vm
+
+    def evaluate(self, expr: Optional[Expr] = None, binds: Optional[dict] = None):
+        from ..ir.expr import Function, GlobalVar
+        if binds:
+            raise ValueError("the VM takes no binds; pass the values as inputs")
+        if expr is None:
+            vm, name = self._machine(self.mod, "module"), "main"
+        elif isinstance(expr, GlobalVar):
+            vm, name = self._machine(self.mod, "module"), expr.name_hint
+        elif isinstance(expr, Function):
+            # the function is @main of a module holding the others (the prelude, say)
+            mod = self.mod.copy()
+            mod["main"] = expr
+            vm, name = self._machine(mod, expr), "main"
+        else:
+            raise ValueError("the VM evaluates @main, a global or a Function, not "
+                             f"{type(expr).__name__}")
+
+        def run(*args, **kwargs):
+            return vm.invoke(name, *args, **kwargs)
+
+        run.vm = vm
+        return run
+
+
 _KINDS = {"interpreter": InterpreterExecutor, "debug": InterpreterExecutor,
-          "graph": GraphExecutor}
+          "graph": GraphExecutor, "vm": VMExecutor}
 
 
 def create_executor(kind: str = "interpreter", mod: Optional[IRModule] = None, device=None, target=None):
-    """An executor of ``kind`` for ``mod``: ``"interpreter"`` (the reference, every program) or
-    ``"graph"`` (static dataflow compiled for ``target``, default ``llvm``)."""
+    """An executor of ``kind`` for ``mod``: ``"interpreter"`` (the reference, every program),
+    ``"graph"`` (static dataflow compiled for ``target``, default ``llvm``) or ``"vm"`` (every
+    program compiled for ``target``: control flow, closures, ADTs)."""
     try:
         cls = _KINDS[kind]
     except KeyError:
