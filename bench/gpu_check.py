@@ -22,6 +22,14 @@ What it does, printing a short report:
 5. profiles each model (``--profile N``): the N groups that take the most device time, each
    with its event time and GFLOP/s, and the copies in and out.
 
+``--conv direct,tiled`` builds each model once per convolution schedule (``RB_GPU_CONV``:
+``direct``, ``tiled`` or ``auto``), checks each build and times them in the same interleaved
+blocks, so one run compares the schedules on the same device; the report has a row per model
+and schedule, and the profile's rule column says which schedule each group ran
+(``conv2d_tiled`` or ``direct``). The default is ``auto``, one build per model.
+
+    python bench/gpu_check.py --conv direct,tiled --models resnet18 vgg16
+
 Exits 1 when any model mismatches or fails to build, 2 when no device matches the target. Needs
 numpy and pyopencl (and, optionally, torch); the relaybench tree is found next to this file.
 """
@@ -127,6 +135,17 @@ def slowest_groups(profile, count: int) -> str:
     return f"{table}\n{getattr(profile, 'note', '')}".rstrip()
 
 
+def conv_modes(text: str) -> list:
+    """``--conv``'s value: RB_GPU_CONV values, comma-separated, each once."""
+    from relaybench.backends.strategy.gpu import CONV_MODES
+    modes = list(dict.fromkeys(m.strip().lower() for m in text.split(",") if m.strip()))
+    wrong = [m for m in modes if m not in CONV_MODES]
+    if not modes or wrong:
+        raise argparse.ArgumentTypeError(f"--conv {text!r}: expected some of "
+                                         f"{', '.join(CONV_MODES)}, comma-separated")
+    return modes
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", default="opencl -device=gpu")
@@ -138,6 +157,9 @@ def main(argv=None) -> int:
     parser.add_argument("--number", type=int, default=10)
     parser.add_argument("--profile", type=int, default=5, metavar="N",
                         help="print the N groups with the most device time (0: none)")
+    parser.add_argument("--conv", default="auto", type=conv_modes,
+                        help="convolution schedules to build and time, comma-separated "
+                             "(RB_GPU_CONV values: direct, tiled, auto)")
     args = parser.parse_args(argv)
 
     print("== OpenCL")
@@ -166,24 +188,31 @@ def main(argv=None) -> int:
         data = mod["main"].params[0]
         shape = tuple(int(d) for d in data.type_annotation.shape)
         x = np.random.default_rng(0).uniform(0, 1, shape).astype("float32")
-        try:
-            start = time.perf_counter()
-            lib = rb.build(mod, target=args.target, params=params, opt_level=3)
-            build_s = time.perf_counter() - start
-            got = lib.run(**{data.name_hint: x})
-        except Exception as err:  # report and go on to the next model
-            print(f"FAIL: build or run: {type(err).__name__}: {str(err)[:2000]}")
-            failures.append(name)
+        libs = {}
+        for mode in args.conv:
+            try:
+                start = time.perf_counter()
+                with rb.config.Context(RB_GPU_CONV=mode):
+                    lib = rb.build(mod, target=args.target, params=params, opt_level=3)
+                build_s = time.perf_counter() - start
+                got = lib.run(**{data.name_hint: x})
+            except Exception as err:  # report and go on to the next schedule or model
+                print(f"FAIL: conv {mode}: build or run: {type(err).__name__}: {str(err)[:2000]}")
+                failures.append(name)
+                continue
+            rules = sorted({k.rule for k in lib.kernels})
+            print(f"conv {mode}: built in {build_s:.1f} s: {lib.compile_stats.kernels} kernels "
+                  f"({', '.join(rules)})")
+            libs[mode] = (lib, got)
+        if not libs:
             continue
-        rules = sorted({k.rule for k in lib.kernels})
-        print(f"built in {build_s:.1f} s: {lib.compile_stats.kernels} kernels ({', '.join(rules)})")
-        checks = []
+        want_interpreter = None
         if name == "dqn" or args.interpreter or torch is None or args.small:
             start = time.perf_counter()
-            want = rb.create_executor("interpreter", mod=mod).evaluate()(
+            want_interpreter = rb.create_executor("interpreter", mod=mod).evaluate()(
                 x, *[params[p.name_hint] for p in mod["main"].params[1:]])
-            checks.append(compare(got, want, f"vs interpreter ({time.perf_counter() - start:.0f} s)"))
-        torch_run = None
+            interpreter_s = time.perf_counter() - start
+        torch_run, want_torch = None, None
         if torch is not None:
             dev = "cuda" if cuda else "cpu"
             net = twins.load_params(twins.build(name, **kwargs), params).to(dev)
@@ -191,8 +220,7 @@ def main(argv=None) -> int:
             torch.backends.cudnn.allow_tf32 = False
             torch.backends.cuda.matmul.allow_tf32 = False
             with torch.no_grad():
-                want = net(xt).cpu().numpy()
-            checks.append(compare(got, want, f"vs PyTorch ({dev}, fp32)"))
+                want_torch = net(xt).cpu().numpy()
             torch.backends.cudnn.allow_tf32 = True     # PyTorch eager's defaults for timing
 
             def torch_run():
@@ -200,35 +228,49 @@ def main(argv=None) -> int:
                     net(xt)
                 if cuda:
                     torch.cuda.synchronize()
-        for ok, text in checks:
-            print(("ok:   " if ok else "FAIL: ") + text)
-            if not ok:
-                failures.append(name)
-        # interleaved blocks: relaybench (end to end and the device time of the same runs),
-        # PyTorch
-        lib.benchmark(number=2, repeat=1)
+        for mode, (lib, got) in libs.items():
+            checks = []
+            if want_interpreter is not None:
+                checks.append(compare(got, want_interpreter,
+                                      f"vs interpreter ({interpreter_s:.0f} s)"))
+            if want_torch is not None:
+                checks.append(compare(got, want_torch, f"vs PyTorch ({dev}, fp32)"))
+            for ok, text in checks:
+                print(("ok:   " if ok else "FAIL: ") + f"conv {mode}: {text}")
+                if not ok:
+                    failures.append(name)
+        # interleaved blocks: relaybench per convolution schedule (end to end and the device
+        # time of the same runs), PyTorch
+        for lib, _ in libs.values():
+            lib.benchmark(number=2, repeat=1)
         if torch_run is not None:
             for _ in range(3):
                 torch_run()
-        e2e, dev_ms, peer = [], [], []
+        e2e = {mode: [] for mode in libs}
+        dev_ms = {mode: [] for mode in libs}
+        peer = []
         for _ in range(args.repeat):
-            timed = lib.benchmark(number=args.number, repeat=1, warmup=0)
-            e2e.append(timed.median_ms)
-            dev_ms.append(timed.device.median_ms)
+            for mode, (lib, _) in libs.items():
+                timed = lib.benchmark(number=args.number, repeat=1, warmup=0)
+                e2e[mode].append(timed.median_ms)
+                dev_ms[mode].append(timed.device.median_ms)
             if torch_run is not None and cuda:
                 peer.append(time_block(torch_run, args.number))
-        row = (name, float(np.median(e2e)), float(np.median(dev_ms)),
-               float(np.median(peer)) if peer else None)
-        rows.append(row)
-        print(f"relaybench {row[1]:.2f} ms end to end, {row[2]:.2f} ms on the device"
-              + (f"; PyTorch eager CUDA {row[3]:.2f} ms" if row[3] is not None else ""))
-        if args.profile > 0:
-            print(slowest_groups(lib.profile(number=args.number), args.profile))
+        for mode, (lib, _) in libs.items():
+            row = (name, mode, float(np.median(e2e[mode])), float(np.median(dev_ms[mode])),
+                   float(np.median(peer)) if peer else None)
+            rows.append(row)
+            print(f"conv {mode}: relaybench {row[2]:.2f} ms end to end, {row[3]:.2f} ms on the "
+                  "device" + (f"; PyTorch eager CUDA {row[4]:.2f} ms" if row[4] is not None
+                              else ""))
+            if args.profile > 0:
+                print(slowest_groups(lib.profile(number=args.number), args.profile))
 
     print("\n== report")
-    print(f"{'model':14s} {'rb e2e ms':>10s} {'rb device ms':>14s} {'torch cuda ms':>14s}")
-    for name, e2e, dev_ms, peer in rows:
-        print(f"{name:14s} {e2e:10.2f} {dev_ms:14.2f} "
+    print(f"{'model':14s} {'conv':>7s} {'rb e2e ms':>10s} {'rb device ms':>14s} "
+          f"{'torch cuda ms':>14s}")
+    for name, mode, e2e, dev_ms, peer in rows:
+        print(f"{name:14s} {mode:>7s} {e2e:10.2f} {dev_ms:14.2f} "
               f"{(f'{peer:.2f}' if peer is not None else 'n/a'):>14s}")
     if failures:
         print(f"FAILED: {', '.join(dict.fromkeys(failures))}")

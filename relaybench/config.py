@@ -110,6 +110,11 @@ KNOBS: Mapping[str, Knob] = _table(
     Knob("RB_X86_INT8", "str", "auto",
          "how LLVM kernels compute int8 dot products: auto (the best the host's features "
          "allow), vnni (vpdpbusd), avx512bw or avx2 (vpmaddwd on widened pairs), generic"),
+    Knob("RB_GPU_CONV", "str", "auto",
+         "how the OpenCL target schedules nn.conv2d (NCHW/OIHW float32, groups 1): direct (one "
+         "output per work item), tiled (work groups of output tiles, input and weight chunks "
+         "in local memory), auto (tiled where the shape suits it); the rule name in "
+         "lib.profile() says which ran"),
 )
 
 

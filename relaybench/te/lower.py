@@ -13,7 +13,11 @@ the attachment point fixed and the ones inside ranging over their extents; bound
 outside the tensor are guarded. Its buffer has the region's shape and is allocated at that
 loop; every read of it becomes ``index - start`` per axis, written over the inner loop variables
 only (``conv[0, 0, conv_ow, conv_oc_i]``), so that unrolled inner loops read constant offsets
-and a code generator can keep a small accumulator tile in registers.
+and a code generator can keep a small accumulator tile in registers. A stage may be attached
+inside a stage that is itself attached (a GPU work item's accumulators computed at its thread
+loop, the ``shared`` tiles they read at their reduction's outer loop); the region of a
+``shared`` stage is taken over every value of the fixed loops bound to ``threadIdx``, since
+the work group fills it together for all its work items.
 
 >>> from relaybench import te
 >>> A = te.placeholder((2, 3), name="A")
@@ -77,9 +81,13 @@ def lower(outputs, inputs, name: str = "main") -> PrimFunc:
         if attach is not None and (attach[0].inlined or attach[0].op not in schedule.stages):
             raise ComputeAtError(f"lower {name}: {op.name} is computed at {attach[0].op.name}, "
                                  "which is inlined or not part of these outputs")
-        if attach is not None and attach[0].attach is not None:
-            raise ComputeAtError(f"lower {name}: compute_at of {op.name} in {attach[0].op.name}: "
-                                 f"{attach[0].op.name} is itself attached elsewhere")
+        seen, chain = {op}, attach
+        while chain is not None:  # a stage attached in an attached stage: no cycle
+            if chain[0].op in seen:
+                raise ComputeAtError(f"lower {name}: compute_at of {op.name}: the stages are "
+                                     "attached in a cycle")
+            seen.add(chain[0].op)
+            chain = chain[0].attach
 
     buffers: dict = {}
     used_names: set = set()
@@ -132,6 +140,7 @@ class _Lowering:
         self.buffers = buffers
         self.name = name
         self.inlined_bodies: dict = {}
+        self.loop_kinds: dict = {}  # loop variable -> its kind (serial, threadIdx.x, ...)
 
     # ---- expressions: TensorLoad -> Load, inlined producers substituted
     def materialize(self, expr):
@@ -182,7 +191,7 @@ class _Lowering:
         op = stage.op
         roots = {axis: values[axis] for axis in tuple(op.axis) + tuple(op.reduce_axis)}
         value = self.stage_value(op, roots)
-        inserts, value = self.attached_nests(stage, leaves, value)
+        inserts, value = self.attached_nests(stage, leaves, value, stage.kinds)
         index = tuple(roots[axis] for axis in op.axis)
         return self.emit(op, leaves, value, self.buffers[op], index, guards, stage.kinds, inserts)
 
@@ -227,18 +236,25 @@ class _Lowering:
         return leaves[:-1], loop_ir.dot_sum(axis, axis.extent, value.a, value.b)
 
     # ---- compute_at
-    def attached_nests(self, consumer: Stage, leaves, value):
+    def attached_nests(self, consumer: Stage, leaves, value, kinds, outer_fixed=frozenset(),
+                       leaf_map=None):
         """The nests of the stages attached to ``consumer``, keyed by the loop they go in, and
         ``value`` with its reads of them made region-relative.
 
         Regions are inferred readers first: the consumer's value, then each attached stage's
         body in its region (so a stage may be read by another attached stage inside its loop).
+        ``consumer`` may itself be attached: ``leaves`` are then its loops in its region,
+        ``leaf_map`` maps its leaf axes to them, and ``outer_fixed`` are the loops outside it
+        (its consumer's, up to where it is attached). The region of a ``shared`` stage is
+        relaxed over the fixed loops bound to ``threadIdx``: it holds what the whole work
+        group reads, not one work item, since the group fills it together.
         """
         attached = [op for op in self.schedule.ops
                     if isinstance(op, ComputeOp) and self.schedule[op].attach is not None
                     and self.schedule[op].attach[0] is consumer]
         if not attached:
             return {}, value
+        self.loop_kinds.update({leaf: kinds.get(leaf, "serial") for leaf in leaves})
         attached_buffers = {self.buffers[op] for op in attached}
         value = _affine_reads(value, attached_buffers)
         readers = {consumer.op: (len(leaves), value)}  # op -> (attach position, its values)
@@ -247,7 +263,12 @@ class _Lowering:
             stage = self.schedule[op]
             where = f"lower {self.name}: compute_at of {op.name} in {consumer.op.name}"
             axis = stage.attach[1]
-            position = next((p for p, leaf in enumerate(leaves) if leaf is axis), None)
+            loop = leaf_map.get(axis) if leaf_map is not None else axis
+            if loop is None:
+                raise ComputeAtError(f"{where}: {axis.name} spans one element of the region of "
+                                     f"{consumer.op.name}, so it has no loop there; attach "
+                                     "at a loop of more than one iteration")
+            position = next((p for p, leaf in enumerate(leaves) if leaf is loop), None)
             if position is None:
                 raise ComputeAtError(f"{where}: {axis.name} is no longer one of its loops")
             names = [o.name for o in self.schedule.ops
@@ -266,7 +287,10 @@ class _Lowering:
                 raise ComputeAtError(f"{where}: {op.name} must be read by {consumer.op.name} "
                                      "only (or by stages attached to it inside that loop) and "
                                      f"not be an output (read by {names})")
-            fixed = set(leaves[:position + 1])
+            fixed = set(leaves[:position + 1]) | set(outer_fixed)
+            if stage.scope == "shared":
+                fixed = {v for v in fixed
+                         if not str(self.loop_kinds.get(v, "")).startswith("threadIdx")}
             region, nest_of = self.region(stage, loads, fixed, position, where)
             nest_of = (nest_of[0], _affine_reads(nest_of[1], attached_buffers))
             regions[buffer] = region
@@ -339,6 +363,7 @@ class _Lowering:
             elif isinstance(relation, Fuse):
                 extents[relation.fused] = extents[relation.outer] * extents[relation.inner]
         values, leaves, kinds = {}, [], {}
+        loop_of = {}
         for leaf in stage.leaf_iter_vars:
             kind = stage.kinds.get(leaf, "serial")
             if leaf.iter_kind == "reduce":
@@ -350,6 +375,7 @@ class _Lowering:
             else:
                 loop = IterVar(f"{op.name}_{leaf.name}", "int64", extents[leaf], "data")
             values[leaf] = loop
+            loop_of[leaf] = loop
             leaves.append(loop)
             kinds[loop] = kind
         for relation in reversed(stage.relations):
@@ -390,9 +416,11 @@ class _Lowering:
         region = _Region(op, position, fixed, local, starts)
         reads = self.stage_value(op, roots)
         index = tuple(local_index)
+        # stages attached in this one: their regions are fixed by the loops outside it too
+        inserts, reads = self.attached_nests(stage, leaves, reads, kinds, fixed, loop_of)
 
         def build(rewritten):
-            return self.emit(op, leaves, rewritten, local, index, guards, kinds, {})
+            return self.emit(op, leaves, rewritten, local, index, guards, kinds, inserts)
 
         return region, (build, reads)
 
@@ -410,17 +438,30 @@ class _Lowering:
         """Loops around ``body``; ``inserts[loop]`` lists ``(buffer, nest)`` pairs computed at
         the top of that loop's body, each in its own buffer allocated there. A ``shared`` buffer
         is filled by the threads of a work group together: a barrier follows the fill (every
-        part is written before any is read) and, unless the loop is bound to work groups (each
-        runs one iteration), the use (no thread refills it while another still reads it, when
-        the loop goes round again)."""
+        part is written before any is read; fills one after another that do not read each
+        other share one) and, unless the loop is bound to work groups (each runs one
+        iteration), the use (no thread refills it while another still reads it, when the loop
+        goes round again)."""
         for leaf in reversed(loops):
             once = kinds.get(leaf, "serial").startswith("blockIdx")
-            for buffer, stmt in reversed(inserts.get(leaf, ())):
+            items = list(inserts.get(leaf, ()))
+            # a barrier before the first statement that reads a shared buffer filled since the
+            # last one (independent fills wait at one barrier together), and before the body
+            barrier_after, pending = [False] * len(items), []
+            for k, (buffer, stmt) in enumerate(items):
+                if pending and any(_loads_of(stmt, b) for b in pending):
+                    barrier_after[k - 1], pending = True, []
                 if buffer.scope == "shared":
-                    body = Allocate(buffer, seq(stmt, Barrier(), body, None if once
-                                                else Barrier()))
-                else:
-                    body = Allocate(buffer, seq(stmt, body))
+                    pending.append(buffer)
+            if pending:
+                barrier_after[-1] = True
+            first_shared = next((k for k, (buffer, _) in enumerate(items)
+                                 if buffer.scope == "shared"), None)
+            for k in reversed(range(len(items))):
+                buffer, stmt = items[k]
+                body = Allocate(buffer, seq(
+                    stmt, Barrier() if barrier_after[k] else None, body,
+                    Barrier() if k == first_shared and not once else None))
             body = For(leaf, 0, leaf.extent, kinds.get(leaf, "serial"), body)
         return body
 

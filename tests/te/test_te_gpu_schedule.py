@@ -9,6 +9,8 @@ from relaybench import te
 from relaybench.errors import CompileError
 from relaybench.te import loop_ir as L
 
+RNG = np.random.default_rng(0)
+
 
 def _dense_shared(n=3, units=40, k=70, tile=32):
     x = te.placeholder((n, k), name="x")
@@ -37,7 +39,7 @@ def test_shared_tiles_compute_dense():
     assert 'x_shared = allocate((1, 32), "float32", "shared")' in text
     assert 'w_shared = allocate((32, 32), "float32", "shared")' in text
     assert "for j_inner in threadIdx.x(32):" in text
-    assert text.count("barrier()") == 4     # after each fill, and after the use of each tile
+    assert text.count("barrier()") == 2     # after the two fills, and after the use of the tiles
     rng = np.random.default_rng(0)
     x = rng.standard_normal((3, 70)).astype("float32")
     w = rng.standard_normal((40, 70)).astype("float32")
@@ -132,3 +134,42 @@ def test_tree_reduce_errors():
         s.tree_reduce(S, 4)
     with pytest.raises(CompileError, match="the factor must be a power of two from 2, got 6"):
         s.tree_reduce(T, 6)
+
+
+def test_shared_tile_attached_inside_a_register_accumulator():
+    """The GPU convolution's pattern on a matrix product: the accumulators ``y_local`` computed
+    at the work item's loop (one element per work item, registers), and the tile of ``x``
+    attached inside them, at the reduction's outer loop. The tile's region is relaxed over the
+    loop bound to ``threadIdx.x``: it holds the rows of the whole work group (8 x 4), not one
+    work item's (1 x 4), and its fill is bound to the same axis."""
+    n, units, k = 16, 5, 10
+    x = te.placeholder((n, k), name="x")
+    w = te.placeholder((units, k), name="w")
+    r = te.reduce_axis(k, name="r")
+    y = te.compute((n, units), lambda i, j: te.sum(x[i, r] * w[j, r], axis=[r]), name="y")
+    s = te.create_schedule(y)
+    acc = s.cache_write(y)
+    tile = s.cache_read(x, "shared", [acc])
+    i, j = y.op.axis
+    io, ii = s[y].split(i, 8)
+    s[y].reorder(io, ii, j)
+    s[y].bind(io, "blockIdx.x")
+    s[y].bind(ii, "threadIdx.x")
+    s[acc].set_scope("local")
+    s[acc].compute_at(s[y], ii)
+    ro, ri = s[acc].split(acc.op.reduce_axis[0], 4)
+    s[acc].reorder(ro, ri, *acc.op.axis)
+    s[tile].compute_at(s[acc], ro)
+    fused = s[tile].fuse(*tile.op.axis)
+    _, item = s[tile].split(fused, 8)
+    s[tile].bind(item, "threadIdx.x")
+    func = te.lower(s, [x, w], name="rows")
+    text = str(func)
+    assert 'x_shared = allocate((8, 4), "float32", "shared")' in text
+    assert 'y_local = allocate((1, 5), "float32", "local")' in text
+    assert text.count("threadIdx.x(8)") == 2 and text.count("barrier()") == 2
+    a = RNG.standard_normal((n, k)).astype("float32")
+    b = RNG.standard_normal((units, k)).astype("float32")
+    out = np.zeros((n, units), "float32")
+    L.evaluate(func, a, b, out)    # checks every access against its buffer
+    np.testing.assert_allclose(out, a @ b.T, rtol=1e-5, atol=1e-5)

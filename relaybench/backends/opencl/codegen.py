@@ -23,8 +23,13 @@ How each construct is written:
   a store to memory they share (device or ``shared`` memory) outside the loops bound to some of
   the launch's axes is made by the first work item (and work group) along those axes only,
   as if the statement ran once (``if (get_local_id(0) == 0) ...``): a reduction's root, or
-  an accumulation no thread loop splits. A barrier inside a thread loop is refused (work items
-  that skip it would hang the others).
+  an accumulation no thread loop splits. A barrier inside a thread loop is written only where
+  every work item reaches it: under no guard (a partial thread loop, an ``if``), else it is
+  refused (work items that skip it would hang the others). A loop bound to the axis of a loop
+  around it is that loop's work item again, its share of the iterations, as in TVM (the
+  threads of a group filling a ``shared`` tile inside the loops of their own outputs): its
+  body must not read the outer loop's variable, since the loop IR runs every pair of the two
+  where the device runs only equal ones.
 * **Memory.** Parameters and temporaries are ``__global`` pointers (``const`` when only read;
   ``restrict``: buffers never overlap); an ``allocate`` in ``shared`` scope is a ``__local``
   array declared at the top of the kernel, a :class:`~relaybench.te.loop_ir.Barrier` is
@@ -222,6 +227,17 @@ def _bound_extents(stmt, where: str) -> dict:
         if isinstance(node, L.Stmt):
             L.map_children(node, lambda child: stack.append(child) or child)
     return found
+
+
+def _mentions_var(stmt, var) -> bool:
+    """Whether ``stmt`` reads the variable ``var``."""
+    stack = [stmt]
+    while stack:
+        node = stack.pop()
+        if node is var:
+            return True
+        L.map_children(node, lambda child: stack.append(child) or child)
+    return False
 
 
 def _stored(stmt) -> set:
@@ -436,7 +452,9 @@ class _Writer:
         self.extents = extents
         self.groups, self.items = groups, items
         self.bound: list = []          # tags bound around the statement being written
+        self.bound_vars: list = []     # and their loop variables
         self.thread_depth = 0
+        self.divergent = 0             # guards around it that some work items skip
         self.local_decls: list = []
         self.lines: list = []
         self.indent = 1
@@ -488,11 +506,15 @@ class _Writer:
         if s.kind in L.THREAD_TAGS:
             axis = "xyz".index(s.kind[-1])
             thread = s.kind.startswith("threadIdx")
-            if s.kind in self.bound:
-                raise CompileError(f"{self.where()}: the loop {s.var.name} is bound to {s.kind} "
-                                   "inside another loop bound to it")
             full = (self.items if thread else self.groups)[axis]
             extent = int(s.extent.value)
+            if s.kind in self.bound:
+                outer = self.bound_vars[self.bound.index(s.kind)]
+                if not thread or _mentions_var(s.body, outer):
+                    raise CompileError(f"{self.where()}: the loop {s.var.name} is bound to "
+                                       f"{s.kind} inside another loop bound to it, "
+                                       f"{outer.name}, and reads {outer.name} or runs once "
+                                       "per work group")
             call = "get_local_id" if thread else "get_group_id"
             offset = "" if begin == "0L" else f"{begin} + "
             self.emit("{")
@@ -503,9 +525,13 @@ class _Writer:
                 self.emit(f"if ({call}({axis}) < {extent}) {{")
                 self.indent += 1
             self.bound.append(s.kind)
+            self.bound_vars.append(s.var)
             self.thread_depth += thread
+            self.divergent += guard
             self.stmt(s.body)
+            self.divergent -= guard
             self.thread_depth -= thread
+            self.bound_vars.pop()
             self.bound.pop()
             if guard:
                 self.indent -= 1
@@ -558,6 +584,7 @@ class _Writer:
     def _if(self, s):
         self.emit(f"if ({self.expr(s.cond)}) {{")
         self.indent += 1
+        self.divergent += 1
         self.stmt(s.then_case)
         self.indent -= 1
         if s.else_case is not None:
@@ -565,6 +592,7 @@ class _Writer:
             self.indent += 1
             self.stmt(s.else_case)
             self.indent -= 1
+        self.divergent -= 1
         self.emit("}")
 
     def _allocate(self, s):
@@ -572,9 +600,10 @@ class _Writer:
         name = self.ident(buf)
         size = max(1, buf.size)
         if buf.scope == "shared":
-            if self.thread_depth:
+            if self.thread_depth and self.divergent:
                 raise CompileError(f"{self.where()}: the shared buffer {buf.name} is allocated "
-                                   "inside a loop bound to threads; allocate it outside them")
+                                   "inside a guarded loop bound to threads; allocate it outside "
+                                   "the guard")
             self.local_decls.append(f"    __local {self.memory_type(buf.dtype)} {name}[{size}];")
             self.stmt(s.body)
             return
@@ -591,9 +620,9 @@ class _Writer:
         self.emit("}")
 
     def _barrier(self, s):
-        if self.thread_depth:
-            raise CompileError(f"{self.where()}: a barrier inside a loop bound to threads "
-                               "(work items that skip it would wait forever)")
+        if self.thread_depth and self.divergent:
+            raise CompileError(f"{self.where()}: a barrier inside a guarded loop bound to "
+                               "threads (work items that skip it would wait forever)")
         self.emit("barrier(CLK_LOCAL_MEM_FENCE);")
 
     # ---- expressions

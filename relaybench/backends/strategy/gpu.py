@@ -16,6 +16,32 @@ of the group (:meth:`~relaybench.te.Stage.bind`). The rules, by the group's anch
     ``shared`` memory together (each work item a column, so the reads of global memory are
     coalesced), waits at a barrier, then accumulates from the tiles. The fused epilogue (bias,
     relu) is a stage of its own after it.
+``conv2d_tiled``
+    ``nn.conv2d`` in ``NCHW`` / ``OIHW``, float32, one group (``RB_GPU_CONV``: ``tiled``, or
+    ``auto`` for :data:`CONV_AUTO_MIN_CHANNELS` output channels and
+    :data:`CONV_AUTO_MIN_GROUPS` work groups or more; ``direct`` never). A work group
+    computes a tile of 64 (or 32: :data:`CONV_MIN_GROUPS`) output channels x up to 8 x 8
+    output pixels of one image: work item ``(x, y, z)`` the 4 channels ``4y..4y+3`` x the row
+    ``z`` x 4 columns from ``4x`` (2, or the tile's width where neither divides it), up to 16
+    accumulators in its registers (a ``local`` stage computed at its thread loop). The
+    reduction goes over the input channels in chunks (8, or fewer where the tiles would pass
+    :data:`CONV_LOCAL_BYTES`); per chunk the group copies the chunk's input patch (the padding
+    written as zeros) and the weights of its channels into ``shared`` memory together, work
+    item ``x + X * (y + Y * z)`` copying the elements at that position plus multiples of the
+    group's size (neighbouring work items read neighbouring addresses), then a barrier; each
+    work item accumulates from the tiles, then a barrier. The fused epilogue (bias, residual
+    add, relu) is applied as the accumulators are stored: one launch, the convolution never
+    in device memory. Tile sizes divide the output where a divisor near 8 exists (56 -> 8,
+    28 and 14 -> 7); other tiles are partial and guarded. Each input value of the patch is
+    read from device memory once per chunk instead of once per output channel, each weight
+    once per tile of pixels.
+
+    Direct tiles rather than implicit GEMM: the tiles are regions of the input that lowering
+    infers from affine indices (the chunk, rows ``oh * stride + ry``), so the shared
+    copies are plain ``cache_read`` stages; im2col's column index ``(c, ry, rx)`` would need
+    ``// (kh * kw)`` and ``%`` in the reads, which no region can be inferred from, and a
+    3 x 3 window would have to be copied as 9 separate columns. The GEMM view gains most where
+    the window is 1 x 1, where the two are the same loops here.
 ``reduce_tree``
     a reduction computed at the root (a group's output, or softmax's maximum and sum, read by
     its elementwise output) over one axis of :data:`TREE_MIN` elements or more: one work group
@@ -63,11 +89,12 @@ def fused_nn_relu(p0: Buffer((4, 100), "float32"), relu: Buffer((4, 100), "float
 
 from __future__ import annotations
 
-from ... import te
+from ... import config, te
+from ...errors import CompileError
 from ...te.tensor import ComputeOp
 from .x86 import _too_big_to_inline
 
-__all__ = ["compute", "schedule", "THREADS", "TILE"]
+__all__ = ["compute", "schedule", "conv_mode", "THREADS", "TILE"]
 
 THREADS = 256
 """Work items per work group for one-element-per-item stages."""
@@ -103,7 +130,10 @@ def schedule(group, compute_at: bool = True):
     anchor_op = group.anchor_tensors[0].op if group.anchor_tensors else None
     is_reduction = isinstance(anchor_op, ComputeOp) and bool(anchor_op.reduce_axis)
     rule, done = "injective", set()
-    if is_reduction and anchor.op.name == "nn.dense" and _dense_fits(anchor_op):
+    tiling = _conv_tiling(group, anchor_op) if is_reduction and compute_at else None
+    if tiling is not None:
+        rule, done = "conv2d_tiled", _schedule_conv_tiled(s, group, anchor_op, tiling)
+    elif is_reduction and anchor.op.name == "nn.dense" and _dense_fits(anchor_op):
         rule, done = "dense_shared", _schedule_dense_shared(s, anchor_op)
     elif is_reduction:
         rule = "direct"
@@ -213,3 +243,175 @@ def _schedule_dense_shared(s, dense) -> set:
         done.add(cache.op)
     done.add(s.op_of(dense))
     return done
+
+
+# ---- conv2d_tiled
+
+CONV_MODES = ("direct", "tiled", "auto")
+"""The values of ``RB_GPU_CONV``."""
+
+CONV_LOCAL_BYTES = 32 * 1024
+"""The most local memory one work group of ``conv2d_tiled`` takes for its two tiles: the
+reduction chunk is the largest that fits (OpenCL promises 32 KiB; an H100 gives 48)."""
+
+CONV_TILE_PIXELS = 8
+"""The most output rows, and columns, one work group of ``conv2d_tiled`` computes."""
+
+CONV_MIN_GROUPS = 128
+"""A tile of 32 output channels instead of 64 where 64 would give fewer work groups than this:
+a GPU runs one work group per compute unit or more (an H100 has 132), and a batch-1 network's
+later stages have few pixels (ResNet-18's 28 x 28 stage: 16 tiles of 7 x 7)."""
+
+CONV_AUTO_MIN_CHANNELS = 32
+CONV_AUTO_MIN_GROUPS = 64
+"""``RB_GPU_CONV=auto`` tiles a convolution with at least this many output channels and work
+groups; with fewer, most of a tile is idle or most of the device is (the last stages of a
+network at batch 1: 14 x 14 and 7 x 7 pixels), and ``direct``, one work item per output,
+spreads the work wider."""
+
+
+def conv_mode() -> str:
+    """``RB_GPU_CONV``, checked: ``direct``, ``tiled`` or ``auto``."""
+    mode = config.get("RB_GPU_CONV").lower()
+    if mode not in CONV_MODES:
+        raise CompileError(f"RB_GPU_CONV={mode!r}: expected one of {', '.join(CONV_MODES)}")
+    return mode
+
+
+class _ConvTiling:
+    """The tile of one convolution (see :func:`_schedule_conv_tiled`): work items along the
+    output channels (``oc_threads``, each ``oc_block`` channels), rows (``oh_threads``, one row
+    each) and columns (``ow_threads``, each ``ow_block`` columns), and the input channels of
+    one reduction chunk."""
+
+    def __init__(self, oc_threads, oc_block, oh_threads, ow_threads, ow_block, chunk, data,
+                 weight):
+        self.oc_threads, self.oc_block = oc_threads, oc_block
+        self.oh_threads = oh_threads
+        self.ow_threads, self.ow_block = ow_threads, ow_block
+        self.chunk = chunk
+        self.data, self.weight = data, weight
+
+    @property
+    def threads(self) -> int:
+        return self.oc_threads * self.oh_threads * self.ow_threads
+
+
+def _conv_tiling(group, op):
+    """The tiling of ``conv2d_tiled`` for the anchor ``op`` under ``RB_GPU_CONV``, or None
+    (``direct``): the convolution must be ``nn.conv2d`` in ``NCHW`` / ``OIHW`` (output
+    ``NCHW``), float32, one group, a reduction chunk of one input channel must fit in
+    :data:`CONV_LOCAL_BYTES`, and the group must have one output, of the convolution's shape
+    (the convolution itself, or its elementwise epilogue)."""
+    anchor = group.anchor
+    if anchor is None or anchor.op.name != "nn.conv2d":
+        return None
+    mode = conv_mode()
+    if (mode == "direct" or len(group.outputs) != 1
+            or group.outputs[0].shape != op.output.shape):
+        return None
+    attrs = anchor.attrs
+    if (attrs.data_layout != "NCHW" or attrs.kernel_layout != "OIHW"
+            or (attrs.out_layout or "NCHW") != "NCHW" or attrs.groups != 1
+            or op.output.dtype != "float32" or len(op.axis) != 4 or len(op.reduce_axis) != 3
+            or len(op.inputs) != 2):
+        return None
+    n, oc, oh, ow = (a.extent for a in op.axis)
+    ic, kh, kw = (a.extent for a in op.reduce_axis)
+    weight = next((t for t in reversed(op.inputs) if t.shape == (oc, ic, kh, kw)), None)
+    if weight is None:
+        return None
+    data = next(t for t in op.inputs if t is not weight)
+    if mode == "auto" and oc < CONV_AUTO_MIN_CHANNELS:
+        return None
+    oc_block = 4
+    oh_threads = _tile_extent(oh)
+    width = _tile_extent(ow)
+    ow_block = next((b for b in (4, 2) if width % b == 0), width)
+    ow_threads = width // ow_block
+    pixel_tiles = n * -(-oh // oh_threads) * -(-ow // width)
+    # at most THREADS work items per group, which every device takes
+    oc_threads = min(16, -(-oc // oc_block), THREADS // (oh_threads * ow_threads))
+    if pixel_tiles * -(-oc // (oc_threads * oc_block)) < CONV_MIN_GROUPS:
+        oc_threads = min(8, oc_threads)
+    groups = pixel_tiles * -(-oc // (oc_threads * oc_block))
+    if mode == "auto" and groups < CONV_AUTO_MIN_GROUPS:
+        return None
+    sh, sw = attrs.strides
+    dh, dw = attrs.dilation
+    patch = (((oh_threads - 1) * sh + (kh - 1) * dh + 1)
+             * ((ow_threads * ow_block - 1) * sw + (kw - 1) * dw + 1))
+    per_channel = 4 * (oc_threads * oc_block * kh * kw + patch)
+    # the largest chunk of at most 8 channels that divides them (no partial chunk) and fits
+    candidates = [c for c in range(min(8, ic), 0, -1) if ic % c == 0]
+    chunk = next((c for c in candidates if c * per_channel <= CONV_LOCAL_BYTES), None)
+    if chunk is None:
+        return None
+    return _ConvTiling(oc_threads, oc_block, oh_threads, ow_threads, ow_block, chunk, data,
+                       weight)
+
+
+def _tile_extent(extent: int) -> int:
+    """Output rows (or columns) per work group: the largest divisor of ``extent`` up to
+    :data:`CONV_TILE_PIXELS`, so that no tile is partial (56 -> 8, 28 -> 7, 14 -> 7); when that
+    is under half of it (a prime extent), a partial last tile, guarded, is cheaper."""
+    best = next(d for d in range(min(CONV_TILE_PIXELS, extent), 0, -1) if extent % d == 0)
+    return best if 2 * best >= min(CONV_TILE_PIXELS, extent) else min(CONV_TILE_PIXELS, extent)
+
+
+def _schedule_conv_tiled(s, group, conv, tiling) -> set:
+    """Schedules the group's output, the convolution's accumulators and its two local tiles;
+    gives their operations (see :func:`_conv_tiling` for what the rule needs)."""
+    t = tiling
+    out = group.outputs[0]
+    if s.op_of(out) is conv:    # no epilogue: the output copies the accumulators
+        acc = s.cache_write(conv.output)
+    else:
+        acc = conv.output
+    caches = [s.cache_read(tensor, "shared", [s[acc]]) for tensor in (t.data, t.weight)]
+    result, acc_op = s.op_of(out), s.op_of(acc)
+    stage = s[out]
+    n, oc, oh, ow = result.axis
+    oc_outer, oc_inner = stage.split(oc, t.oc_threads * t.oc_block)
+    oc_thread, oc_block = stage.split(oc_inner, t.oc_block)
+    oh_outer, oh_thread = stage.split(oh, t.oh_threads)
+    ow_outer, ow_inner = stage.split(ow, t.ow_threads * t.ow_block)
+    ow_thread, ow_block = stage.split(ow_inner, t.ow_block)
+    stage.reorder(n, oc_outer, oh_outer, ow_outer, oh_thread, oc_thread, ow_thread, oc_block,
+                  ow_block)
+    pixels = stage.fuse(oh_outer, ow_outer)
+    stage.bind(n, "blockIdx.z")
+    stage.bind(oc_outer, "blockIdx.y")
+    stage.bind(pixels, "blockIdx.x")
+    stage.bind(oh_thread, "threadIdx.z")
+    stage.bind(oc_thread, "threadIdx.y")
+    stage.bind(ow_thread, "threadIdx.x")
+    stage.unroll(oc_block)
+    stage.unroll(ow_block)
+    # the accumulators: one work item's oc_block x ow_block outputs, in its registers
+    accumulate = s[acc]
+    accumulate.set_scope("local")
+    accumulate.compute_at(stage, ow_thread)
+    a_n, a_oc, a_oh, a_ow = acc_op.axis
+    rc, ry, rx = acc_op.reduce_axis
+    rc_outer, rc_inner = accumulate.split(rc, t.chunk)
+    accumulate.reorder(rc_outer, rc_inner, ry, rx, a_n, a_oc, a_oh, a_ow)
+    accumulate.unroll(rx)
+    accumulate.unroll(a_oc)
+    accumulate.unroll(a_ow)
+    for cache in caches:
+        fill = s[cache]
+        fill.compute_at(accumulate, rc_outer)
+        # every work item copies neighbouring elements: its linear id in the group
+        # (x + X * (y + Y * z)) is the copy's position in the tile, so reads are coalesced
+        axes = list(cache.op.axis)
+        fused = axes[0]
+        for axis in axes[1:]:
+            fused = fill.fuse(fused, axis)
+        _, item = fill.split(fused, t.threads)
+        z, yx = fill.split(item, t.oc_threads * t.ow_threads)
+        y, x = fill.split(yx, t.ow_threads)
+        fill.bind(z, "threadIdx.z")
+        fill.bind(y, "threadIdx.y")
+        fill.bind(x, "threadIdx.x")
+    return {result, acc_op} | {cache.op for cache in caches}

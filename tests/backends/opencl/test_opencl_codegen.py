@@ -223,14 +223,39 @@ def _loop(var, kind, body, extent=8):
     return L.For(var, 0, extent, kind, body)
 
 
-def test_barrier_inside_a_thread_loop_is_refused():
-    A = L.Buffer("A", (8,), "float32")
+def test_barrier_inside_a_guarded_thread_loop_is_refused():
+    """Work items 8..15 skip the loop of 8 and would never reach its barrier."""
+    A = L.Buffer("A", (16,), "float32")
     sh = L.Buffer("T", (8,), "float32", "shared")
-    t = L.Var("t")
-    body = L.Allocate(sh, _loop(t, "threadIdx.x", L.seq(L.Store(sh, (t,), L.Load(A, (t,))),
-                                                         L.Barrier(), L.Store(A, (t,), 1.0))))
-    with pytest.raises(CompileError, match="barrier inside a loop bound to threads"):
+    t, u = L.Var("t"), L.Var("u")
+    body = L.Allocate(sh, L.seq(
+        _loop(t, "threadIdx.x", L.seq(L.Store(sh, (t,), L.Load(A, (t,))),
+                                      L.Barrier(), L.Store(A, (t,), 1.0))),
+        _loop(u, "threadIdx.x", L.Store(A, (u,), 2.0), extent=16)))
+    with pytest.raises(CompileError, match="barrier inside a guarded loop bound to threads"):
         generate(L.PrimFunc("bad_barrier", (A,), body))
+
+
+def test_barrier_and_rebound_thread_loop_inside_a_thread_loop():
+    """Every work item reaches a barrier in an unguarded thread loop; a loop bound to the same
+    axis inside it is each work item's share (here: the tile's fill), and one that reads the
+    outer loop's variable is refused."""
+    A, B = L.Buffer("A", (8,), "float32"), L.Buffer("B", (8,), "float32")
+    sh = L.Buffer("T", (8,), "float32", "shared")
+    t, f = L.Var("t"), L.Var("f")
+    fill = _loop(f, "threadIdx.x", L.Store(sh, (f,), L.Load(A, (f,))))
+    body = _loop(t, "threadIdx.x", L.Allocate(sh, L.seq(
+        fill, L.Barrier(), L.Store(B, (t,), L.Load(sh, ((t + 1) % 8,))))))
+    func = L.PrimFunc("rotate", (A, B), body)
+    kernel = generate(func).text.split("__kernel")[1]
+    assert "__local float T[8];" in kernel
+    assert kernel.count("get_local_id(0)") == 2 and "barrier(CLK_LOCAL_MEM_FENCE);" in kernel
+    x, y = np.arange(8, dtype="float32"), np.zeros(8, "float32")
+    L.evaluate(func, x, y)   # the loop IR's own meaning, which the device's agrees with
+    np.testing.assert_array_equal(y, np.roll(x, -1))
+    bad = _loop(t, "threadIdx.x", _loop(f, "threadIdx.x", L.Store(A, (f,), L.cast("float32", t))))
+    with pytest.raises(CompileError, match="inside another loop bound to it, t, and reads t"):
+        generate(L.PrimFunc("bad_rebind", (A,), bad))
 
 
 def test_store_outside_the_bound_loops_is_made_once():
