@@ -415,7 +415,14 @@ def _pack_for_accel(mod: IRModule, target: Target) -> IRModule:
     int8 = [c for c in convs if str(c.args[0].checked_type.dtype) == "int8"]
     if not int8:
         return mod
-    return graph_pack(mod, bfactor=config.batch, cfactor=config.block_out, pack_int32_results=False)
+    from ..passes.graph_pack import GraphPackError
+    try:
+        return graph_pack(mod, bfactor=config.batch, cfactor=config.block_out,
+                          pack_int32_results=False)
+    except GraphPackError:
+        # no start and stop to pack between, or shapes the blocks do not divide: the program
+        # runs on the CPU (compile_stats.cpu_reasons says why for each group)
+        return mod
 
 
 def build(mod, target="llvm", params: Optional[dict] = None, opt_level: int = 3, *,

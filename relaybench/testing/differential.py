@@ -161,6 +161,25 @@ def _convert_nhwc(case: Case):
     return lib.run(**case.free_inputs)
 
 
+def _accel(opt_level: int):
+    def run(case: Case):
+        from ..backends.build import build
+        lib = build(case.mod, target="accel", params=case.params, opt_level=opt_level)
+        return lib.run(**case.free_inputs)
+    return run
+
+
+def _vm(opt_level: int):
+    def run(case: Case):
+        from ..backends.vm import VirtualMachine, compile as vm_compile
+        exe = vm_compile(case.mod, target="llvm", params=case.params or None, opt_level=opt_level)
+        main = case.mod["main"]
+        values = case.free_inputs
+        return VirtualMachine(exe).invoke("main", *[values[p.name_hint] for p in main.params
+                                                    if p.name_hint in values])
+    return run
+
+
 def _quantized(case: Case) -> Case:
     """The case's program quantized by Relay's passes with a global scale (every conv2d and
     dense in int8, none skipped), its weights bound; the other inputs unchanged."""
@@ -185,6 +204,11 @@ CONFIGS: dict = {c.name: c for c in [
     Config("quantize-O3", "rb.quantize.quantize (global scale, every conv2d and dense in int8), "
            "then rb.build at opt_level 3, against the quantized program on the interpreter",
            _graph(3), prepare=_quantized),
+    Config("accel-O3", "the program quantized as for quantize-O3, then rb.build(target='accel'): "
+           "packed int8 convolutions in the simulated accelerator, the rest on the CPU",
+           _accel(3), prepare=_quantized),
+    Config("vm-O0", "rb.vm.compile at opt_level 0, the VM (LLVM kernels)", _vm(0)),
+    Config("vm-O3", "rb.vm.compile at opt_level 3, the VM (LLVM kernels)", _vm(3)),
 ]}
 """Every configuration a program is checked on, by name."""
 
