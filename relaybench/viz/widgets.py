@@ -194,7 +194,7 @@ def _random_inputs(main, seed: int, where: str) -> dict:
 #: target (PoCL's CPU device) compiles them exactly too. The simulated accelerator runs the
 #: packed int8 convolutions (and the rest on the CPU, through LLVM); it runs nothing but
 #: quantized programs (:data:`ACCEL_TARGET`).
-QUANTIZED_TARGETS = ("interpreter", "llvm", "opencl", "accel")
+QUANTIZED_TARGETS = ("interpreter", "llvm", "opencl", "accel", "vm")
 
 #: The target kind of the simulated accelerator: offered only for a quantized program (the
 #: quantization toggle on, or a program that has int8 convolutions already); choosing it puts
@@ -245,7 +245,7 @@ def _known_targets() -> tuple:
     """Where a configuration can run: the interpreter, then every target kind with a code
     generator (:data:`relaybench.backends.target.KINDS`)."""
     from ..backends.target import KINDS
-    return ("interpreter", *KINDS)
+    return ("interpreter", *KINDS, "vm")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -461,11 +461,11 @@ class PassExplorer:
     def _pass_target(self) -> str:
         """The target whose policies the passes apply (their PassContext's
         ``config["relay.target"]``, as :func:`relaybench.build` sets it): the chosen compiled
-        target, or the host CPU (``llvm``) for the interpreter and for the accelerator, whose
+        target, or the host CPU (``llvm``) for the interpreter, the VM and the accelerator, whose
         build leaves the groups it does not run to the CPU's policies."""
         from ..backends.target import Target
-        if self.target in (None, "interpreter"):
-            return "llvm"
+        if self.target in (None, "interpreter", "vm"):
+            return "llvm"      # the VM's kernels are llvm's
         target = Target.parse(self.target)
         return str(target.host if target.kind == ACCEL_TARGET else target)
 
@@ -899,6 +899,23 @@ class PassExplorer:
                 start = time.perf_counter()
                 run(**self.inputs)
                 times.append((time.perf_counter() - start) * 1e3)
+                bar.value += 1
+            latency = float(np.median(times))
+        elif target == "vm":
+            # the Relay VM, its kernels for llvm: the explorer's passes only (the VM's own
+            # normal forms, ToANormalForm and LambdaLift, still run)
+            from ..backends.vm import VirtualMachine, compile as vm_compile
+            names = {e["name"] for e in self._entries} | {name for name, _ in DEFAULT_PASSES}
+            exe = vm_compile(mod, "llvm", opt_level=self.opt_level, disabled_pass=sorted(names))
+            vm = VirtualMachine(exe)
+            output = vm.invoke("main", **self.inputs)
+            bar.value += 1
+            times = []
+            for _ in range(repeat):
+                start = time.perf_counter()
+                for _ in range(number):
+                    vm.invoke("main", **self.inputs)
+                times.append((time.perf_counter() - start) * 1e3 / number)
                 bar.value += 1
             latency = float(np.median(times))
         else:

@@ -322,3 +322,25 @@ def test_the_realize_step_draws_its_int8_region(model):
     assert "<b>CanonicalizeOps</b> (in QuantizePrerequisites)" in explorer.step_label.value
     explorer.step(-1)
     assert "FuseOps" in explorer.step_label.value and "(in " not in explorer.step_label.value
+
+
+def test_the_vm_is_a_target_and_agrees_with_the_interpreter():
+    """The PassExplorer times its configuration on the Relay VM too (kernels for llvm), float
+    and quantized, each checked as on the other targets."""
+    import numpy as np
+    import relaybench as rb
+    mod = rb.parse('''#[version = "0.0.5"]
+def @main(%x: Tensor[(1, 8, 6, 6), float32], %w: Tensor[(8, 8, 3, 3), float32]) {
+  nn.relu(nn.conv2d(%x, %w, padding=[1, 1, 1, 1], channels=8, kernel_size=[3, 3]))
+}''')
+    w = np.random.default_rng(0).standard_normal((8, 8, 3, 3)).astype("float32")
+    explorer = rb.viz.PassExplorer(mod, {"w": w})
+    assert "vm" in explorer.targets
+    row = explorer.time("vm")
+    assert row["target"] == "vm" and row["matches"] and row["latency_ms"] > 0
+    x = explorer.inputs["x"]
+    want = np.maximum(0, np.einsum("ocij,cij->o", w, np.pad(x[0], ((0, 0), (1, 1), (1, 1)))[:, :3, :3]))
+    np.testing.assert_allclose(np.asarray(explorer.last_output)[0, :, 0, 0], want, rtol=1e-4, atol=1e-4)
+    explorer.set_quantize(True)
+    row = explorer.time("vm")
+    assert row["matches_quantized"] and row["matches"]
