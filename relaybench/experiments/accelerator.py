@@ -137,13 +137,8 @@ def check_designs(designs) -> list:
 # ---- helpers -------------------------------------------------------------------------------
 
 def _names(models) -> list:
-    names = [models] if isinstance(models, str) else list(models)
-    if not names:
-        raise ValueError("accelerator: no models given")
-    from .composability import _model_function
-    for name in names:   # every name is checked before anything is compiled
-        _model_function(name)
-    return names
+    from .composability import checked_model_names
+    return checked_model_names(models, "accelerator")
 
 
 def _model_kwargs(name: str, image_shape) -> dict:

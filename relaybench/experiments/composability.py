@@ -330,6 +330,18 @@ class _Progress:
 
 # ---- the experiment --------------------------------------------------------------------------
 
+def checked_model_names(models, experiment: str) -> list:
+    """``models`` (a name or names) as a list, every one checked against the zoo before
+    anything is compiled (an unknown one is the zoo's KeyError); ``experiment`` names the caller
+    in the error for an empty list."""
+    names = [models] if isinstance(models, str) else list(models)
+    if not names:
+        raise ValueError(f"{experiment}: no models given")
+    for name in names:
+        _model_function(name)
+    return names
+
+
 def _model_function(name: str):
     from .. import models
     if name not in models.list_models():
