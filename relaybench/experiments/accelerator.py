@@ -58,6 +58,7 @@ from typing import Iterable, Optional, Sequence, Union
 
 import numpy as np
 
+from ._files import read_result, save_figure
 from .._table import Table
 from ..errors import RelayError
 
@@ -417,26 +418,13 @@ class AcceleratorResult:
         stem = directory / "accelerator"
         written = [self.to_markdown(stem.with_suffix(".md")), self.to_csv(stem.with_suffix(".csv")),
                    self.to_json(stem.with_suffix(".json"))]
-        try:
-            figure = self.plot()
-        except ImportError:
-            return written
-        png = stem.with_suffix(".png")
-        figure.savefig(png, dpi=110)
-        written.append(png)
-        return written
+        return save_figure(self, stem.with_suffix(".png"), written)
 
     @classmethod
     def load(cls, path) -> "AcceleratorResult":
         """Read a result written by :meth:`to_json`."""
-        path = Path(path)
-        doc = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(doc, dict) or doc.get("experiment") != "accelerator":
-            raise ValueError(f"{path}: not an accelerator result (no 'experiment': "
-                             f"'accelerator' field)")
-        rows = [{k: (math.inf if v == "inf" else v) for k, v in r.items()}
-                for r in doc.get("rows", [])]
-        return cls(rows, doc.get("settings"))
+        doc, decode = read_result(path, "accelerator")
+        return cls([decode(r) for r in doc.get("rows", [])], doc.get("settings"))
 
 
 def _jsonable(value):

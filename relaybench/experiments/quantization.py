@@ -46,6 +46,7 @@ from typing import Iterable, Optional, Sequence, Union
 
 import numpy as np
 
+from ._files import read_result, save_figure
 from .._table import Table
 
 __all__ = ["quantization", "QuantizationResult", "digits_accuracy_table", "zoo_agreement",
@@ -662,25 +663,13 @@ class QuantizationResult:
             written += [self.to_markdown(stem.with_suffix(".md"), name),
                         self.to_csv(stem.with_suffix(".csv"), name),
                         self.to_json(stem.with_suffix(".json"), name)]
-        try:
-            figure = self.plot()
-        except ImportError:
-            return written
-        png = directory / "quantization.png"
-        figure.savefig(png, dpi=110)
-        written.append(png)
-        return written
+        return save_figure(self, directory / "quantization.png", written)
 
     @classmethod
     def load(cls, path) -> "QuantizationResult":
         """Read a result written by :meth:`to_json`."""
-        path = Path(path)
-        doc = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(doc, dict) or doc.get("experiment") != "quantization":
-            raise ValueError(f"{path}: not a quantization result (no 'experiment': "
-                             f"'quantization' field)")
-        tables = {n: [{k: (math.inf if v == "inf" else -math.inf if v == "-inf" else v)
-                       for k, v in r.items()} for r in doc.get(n, [])] for n in TABLES}
+        doc, decode = read_result(path, "quantization")
+        tables = {n: [decode(r) for r in doc.get(n, [])] for n in TABLES}
         return cls(settings=doc.get("settings"), **tables)
 
 
