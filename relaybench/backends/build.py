@@ -413,12 +413,17 @@ def _pack_for_accel(mod: IRModule, target: Target) -> IRModule:
     if any("n" in (c.attrs.data_layout or "").lower().replace("nchw", "") for c in convs):
         return mod   # packed already
     int8 = [c for c in convs if str(c.args[0].checked_type.dtype) == "int8"]
-    if not int8:
+    dense = [n for n in post_order(main.body) if isinstance(n, Call) and isinstance(n.op, Op)
+             and n.op.name == "nn.dense" and str(n.args[0].checked_type.dtype) == "int8"]
+    if not int8 and not dense:
         return mod
     from ..passes.graph_pack import GraphPackError
+    # a network of convolutions packs between its first pooling and its global pooling (VTA's
+    # ResNet flow); one of dense layers only (a multilayer perceptron) packs from end to end
+    region = {} if int8 else {"start_name": None, "stop_name": None}
     try:
         return graph_pack(mod, bfactor=config.batch, cfactor=config.block_out,
-                          pack_int32_results=False)
+                          pack_int32_results=False, **region)
     except GraphPackError:
         # no start and stop to pack between, or shapes the blocks do not divide: the program
         # runs on the CPU (compile_stats.cpu_reasons says why for each group)

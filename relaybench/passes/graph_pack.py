@@ -27,7 +27,11 @@ The rewrite, for the calls that follow the start call in evaluation order up to 
   ``(C, 1, 1)`` bias of an ``add`` transformed into the packed shape ``(1, C/c, 1, 1, 1, c)``
   (folded), the residual ``add`` of two packed tensors as it is, poolings with their ``layout``
   set to the packed one; an operator that cannot work on packed data (``reshape``,
-  ``nn.batch_flatten``, ``nn.dense``) gets its input back in the original layout;
+  ``nn.batch_flatten``) gets its input back in the original layout;
+* **dense layers**: a requantized int8 ``nn.dense`` (its int32 result becomes int8 through an
+  epilogue of constants) becomes a 1x1 convolution of ``(N, K, 1, 1)`` data, packed like the
+  others, with its epilogue in four dimensions and a ``reshape`` back to ``(N, M)`` after it (VTA
+  packs dense layers as ``NC{b}n{c}c``; the integers are the same);
 * **fusion boundaries**: the data of each packed convolution and each operand of a residual
   ``add`` (an ``add`` of two computed tensors) that is not a convolution's accumulator or a value
   fenced already go through ``annotation.stop_fusion``, as Relay's quantization partition fences
@@ -45,8 +49,9 @@ at that position of the program's evaluation order, counting every call, tuple a
 without, the first call of ``start_name``, and the first call of ``stop_name`` after it.
 
 Deliberately not done: bit-packing of weights narrower than 8 bits (``weight_bits`` must be 8;
-VTA's ``bitpack``), packing of ``nn.dense`` and ``nn.conv2d_transpose`` (they stay in their
-layouts, fed unpacked data), and VTA's ``copy`` after each int32-to-int8 ``cast``. What cannot be
+VTA's ``bitpack``), packing of ``nn.conv2d_transpose`` and of a dense layer whose result is not
+requantized or whose sizes the blocks do not divide (they stay in their layouts, fed unpacked
+data), and VTA's ``copy`` after each int32-to-int8 ``cast``. What cannot be
 packed is an error that names the call and its shape: a tensor at the start or a convolution's
 data whose batch ``bfactor`` does not divide, or whose channels ``cfactor`` does not divide.
 
@@ -82,7 +87,7 @@ from __future__ import annotations
 from typing import Optional, Union
 
 from ..ir.expr import Call, Constant, Function, Op, Tuple, TupleGetItem, expr_children
-from ..ir.functor import post_order
+from ..ir.functor import ExprMutator, post_order
 from ..ir.layout import Layout
 from ..ir.module import IRModule
 from ..ir.types import TensorType
@@ -268,14 +273,137 @@ class _Packer(LayoutRewriter):
         return _Value(new, v.old, v.new, v.node)
 
 
+def _users(body) -> dict:
+    """Each node of ``body`` -> the nodes that take it as an operand (nested functions not
+    entered)."""
+    users: dict = {}
+    for node in post_order(body, lambda n: () if isinstance(n, Function) else expr_children(n)):
+        for child in expr_children(node) if not isinstance(node, Function) else ():
+            users.setdefault(child, []).append(node)
+    return users
+
+
+def _is_op(node, name: str) -> bool:
+    return isinstance(node, Call) and isinstance(node.op, Op) and node.op.name == name
+
+
+class _DenseAsConv(ExprMutator):
+    """Each requantized int8 ``nn.dense`` of the region as a 1x1 ``nn.conv2d`` on a 1x1 image,
+    the form the accelerator's GEMM core runs (VTA packs dense as ``NC{b}n{c}c``; a dense of
+    ``(N, K)`` by ``(M, K)`` is the convolution of ``(N, K, 1, 1)`` data by ``(M, K, 1, 1)``
+    weights, sum for sum the same integers).
+
+    A dense qualifies when its data and weight are int8, it gives int32, ``N`` is a multiple of
+    ``bfactor`` and ``K``, ``M`` of ``cfactor``, and its result flows, one user at a time, through
+    epilogue operators whose other operand is a constant (a bias of shape ``(M,)`` or
+    ``(1, M)``, a scalar) to a ``cast`` to int8: the whole chain moves to four dimensions (the
+    constants get two trailing unit axes) and one ``reshape`` after the cast gives the
+    ``(N, M)`` result back, so FuseOps makes the convolution and its epilogue one group. Other
+    dense calls stay as they are (they run on the CPU)."""
+
+    def __init__(self, body, region: set, bfactor: int, cfactor: int):
+        super().__init__()
+        self.chains: dict = {}          # the chain's last call (the cast) -> [dense, ops...]
+        self.four_d: dict = {}          # the chain's last call -> its result in four dimensions
+        users = _users(body)
+        for node in region:
+            if not _is_op(node, "nn.dense"):
+                continue
+            chain = self._chain(node, users, region, bfactor, cfactor)
+            if chain is not None:
+                self.chains[chain[-1]] = chain
+
+    @staticmethod
+    def _chain(dense, users, region, bfactor, cfactor):
+        data_t, weight_t = (a.checked_type for a in dense.args)
+        out_t = dense.checked_type
+        if not (str(data_t.dtype) == "int8" and str(weight_t.dtype) == "int8"
+                and str(out_t.dtype) == "int32" and data_t.ndim == 2):
+            return None
+        (n, k), m = data_t.shape, weight_t.shape[0]
+        if not all(isinstance(v, int) for v in (n, k, m)) or n % bfactor or k % cfactor or m % cfactor:
+            return None
+        chain, node = [dense], dense
+        for _ in range(32):
+            following = users.get(node, [])
+            if len(following) != 1:
+                return None
+            node = following[0]
+            if node not in region or not isinstance(node, Call) or not isinstance(node.op, Op):
+                return None
+            if _cast_to(node, "int8"):
+                chain.append(node)
+                return chain
+            if node.op.name not in _EPILOGUE or (node.op.name == "cast" and not _cast_to(node, "int32")):
+                return None
+            others = [a for a in node.args if a is not chain[-1]]
+            if len(node.args) > 1 and (node.args[0] is not chain[-1] or not all(
+                    isinstance(a, Constant) and a.data.ndim <= 2
+                    and (a.data.ndim < 2 or a.data.shape[0] == 1) for a in others)):
+                return None
+            chain.append(node)
+        return None
+
+    def visit_call(self, call):
+        chain = self.chains.get(call)
+        if chain is None:
+            return super().visit_call(call)
+        from ..op import cast, reshape
+        from ..op import nn as _nn
+        dense = chain[0]
+        n, k = dense.args[0].checked_type.shape
+        m = dense.args[1].checked_type.shape[0]
+        four_d = self.four_d.get(dense.args[0])
+        # a dense fed by another packed dense reads its four-dimensional result directly, so the
+        # value between them stays packed
+        data = four_d if four_d is not None else reshape(self.visit(dense.args[0]), newshape=[n, k, 1, 1])
+        weight = reshape(self.visit(dense.args[1]), newshape=[m, k, 1, 1])
+        value = _nn.conv2d(data, weight, channels=m, kernel_size=[1, 1], out_dtype="int32")
+        for node in chain[1:]:
+            if node is chain[-1]:
+                value = cast(value, dtype="int8")
+                break
+            args = [value] + [a if a.data.ndim == 0 else reshape(a, newshape=list(a.data.shape) + [1, 1])
+                              for a in node.args[1:]]
+            value = Call(node.op, args, node.attrs, node.type_args).with_span(node.span)
+        self.four_d[call] = value
+        return reshape(value, newshape=[n, m]).with_span(call.span)
+
+
+def _region(positions, start, stop) -> set:
+    start_at = positions[start] if start is not None else -1
+    stop_at = positions[stop] if stop is not None else len(positions)
+    return {n for n, p in positions.items() if start_at < p <= stop_at}
+
+
 def _pack_function(func: Function, bfactor, cfactor, start_name, stop_name, start_name_idx,
-                   stop_name_idx, pack_int32_results: bool = True) -> Function:
+                   stop_name_idx, pack_int32_results: bool = True, pack_dense: bool = True,
+                   mod: Optional[IRModule] = None) -> Function:
     positions = _positions(func.body)
-    start = _find(positions, start_name, start_name_idx, -1, "start")
-    start_at = positions[start]
-    stop = _find(positions, stop_name, stop_name_idx, start_at, "stop", _where(start, positions))
-    stop_at = positions[stop]
-    region = {n for n, p in positions.items() if start_at < p <= stop_at}
+    start = stop = None
+    if start_name is not None:
+        start = _find(positions, start_name, start_name_idx, -1, "start")
+    if stop_name is not None:
+        stop = _find(positions, stop_name, stop_name_idx,
+                     positions[start] if start is not None else -1, "stop",
+                     _where(start, positions) if start is not None else "")
+    region = _region(positions, start, stop)
+    if pack_dense:
+        rewriter = _DenseAsConv(func.body, region, bfactor, cfactor)
+        body = rewriter.visit(func.body)
+        if body is not func.body:
+            # typing fills in the new nodes' types in place, so the start and the stop are the
+            # rewriter's images of the old ones
+            func = Function(func.params, body, func.ret_type, func.type_params, func.attrs)
+            if mod is None:
+                func = typed(IRModule.from_expr(func))["main"]
+            else:
+                gv = mod.get_global_var("main")
+                func = typed(mod.with_functions({**mod.functions, gv: func}))[gv]
+            start = rewriter.memo[start] if start is not None else None
+            stop = rewriter.memo[stop] if stop is not None else None
+            positions = _positions(func.body)
+            region = _region(positions, start, stop)
     packer = _Packer(start, stop, region, positions, bfactor, cfactor)
     if not pack_int32_results:
         packer.unpacked = _not_requantized(func.body, region)
@@ -292,10 +420,7 @@ def _not_requantized(body, region: set) -> set:
     call on the way from the convolution has one user and is an epilogue operator, up to a value
     whose users are all ``cast`` s to int8. (A VTA-like accelerator stores int8 only, so such a convolution, the last
     one before the stop's dequantization, is left in NCHW for the CPU's own layouts.)"""
-    users: dict = {}
-    for node in post_order(body, lambda n: () if isinstance(n, Function) else expr_children(n)):
-        for child in expr_children(node) if not isinstance(node, Function) else ():
-            users.setdefault(child, []).append(node)
+    users = _users(body)
     out = set()
     for conv in region:
         if not (isinstance(conv, Call) and isinstance(conv.op, Op) and conv.op.name == "nn.conv2d"):
@@ -328,15 +453,21 @@ def _check_options(bfactor, cfactor, weight_bits) -> None:
 
 
 def graph_pack(mod_or_expr: Union[IRModule, Function], bfactor: int = 1, cfactor: int = 16,
-               weight_bits: int = 8, start_name: str = "nn.max_pool2d",
-               stop_name: str = "nn.global_avg_pool2d", start_name_idx: Optional[int] = None,
-               stop_name_idx: Optional[int] = None, pack_int32_results: bool = True):
+               weight_bits: int = 8, start_name: Optional[str] = "nn.max_pool2d",
+               stop_name: Optional[str] = "nn.global_avg_pool2d", start_name_idx: Optional[int] = None,
+               stop_name_idx: Optional[int] = None, pack_int32_results: bool = True,
+               pack_dense: bool = True):
     """The program with its packed region in the accelerator's layouts (see the module).
 
     ``pack_int32_results=False`` leaves in NCHW the convolutions whose int32 result does not
     become int8 inside the region (the last one, whose result flows to the stop's
     dequantization): an accelerator that stores int8 only cannot run them, and the CPU runs
     them faster in its own blocked layout. (Relay's graph_pack packs them all, the default.)
+
+    ``start_name=None`` starts the packed region at the program's beginning (nothing is packed
+    at a start; each packed convolution's data is transformed where it is read), and
+    ``stop_name=None`` ends it at the program's end. ``pack_dense`` packs the requantized int8
+    ``nn.dense`` calls of the region as 1x1 convolutions (see :class:`_DenseAsConv`).
 
     Takes an IRModule (its ``@main`` is packed) or a Function, and returns the same kind, typed.
     FoldConstant runs on the result, so that the transformed weights and biases become packed
@@ -347,22 +478,23 @@ def graph_pack(mod_or_expr: Union[IRModule, Function], bfactor: int = 1, cfactor
         mod = typed(mod_or_expr)
         gv = mod.get_global_var("main")
         func = _pack_function(mod[gv], bfactor, cfactor, start_name, stop_name, start_name_idx,
-                              stop_name_idx, pack_int32_results)
+                              stop_name_idx, pack_int32_results, pack_dense, mod)
         mod = typed(mod.with_functions({**mod.functions, gv: func}))
         func = fold_constant(mod[gv], mod)
         return typed(mod.with_functions({**mod.functions, gv: func}))
     if not isinstance(mod_or_expr, Function):
         raise TypeError(f"graph_pack takes an IRModule or a Function, not {type(mod_or_expr).__name__}")
     out = graph_pack(IRModule.from_expr(mod_or_expr), bfactor, cfactor, weight_bits, start_name,
-                     stop_name, start_name_idx, stop_name_idx, pack_int32_results)
+                     stop_name, start_name_idx, stop_name_idx, pack_int32_results, pack_dense)
     return out["main"]
 
 
 @module_pass(opt_level=0)
 def GraphPack(mod, ctx, bfactor: int = 1, cfactor: int = 16, weight_bits: int = 8,
               start_name: str = "nn.max_pool2d", stop_name: str = "nn.global_avg_pool2d",
-              start_name_idx=None, stop_name_idx=None, pack_int32_results: bool = True):
+              start_name_idx=None, stop_name_idx=None, pack_int32_results: bool = True,
+              pack_dense: bool = True):
     """Put the region of ``@main`` between a start and a stop operator in the accelerator's packed
     layouts (``NCHW{bfactor}n{cfactor}c`` data, ``OIHW{cfactor}o{cfactor}i`` weights)."""
     return graph_pack(mod, bfactor, cfactor, weight_bits, start_name, stop_name, start_name_idx,
-                      stop_name_idx, pack_int32_results)
+                      stop_name_idx, pack_int32_results, pack_dense)

@@ -1,7 +1,15 @@
-"""Instruction streams the accelerator tests share: a tiled int8 matrix product with a
-requantizing epilogue (shift right, clip to int8), emitted by hand the way a lowering would."""
+"""What the accelerator tests share: instruction streams of a tiled int8 matrix product with a
+requantizing epilogue (shift right, clip to int8), emitted by hand the way a lowering would, and a
+quantized multilayer perceptron."""
 
 import numpy as np
+
+import relaybench as rb
+from relaybench import op
+from relaybench.ir.analysis import free_vars
+from relaybench.ir.builder import var
+from relaybench.ir.expr import Function
+from relaybench.ir.module import IRModule
 
 from relaybench.backends.accel import (AluOp, Dram, MemType, Program, Uop, alu, finish, gemm, load,
                                        store)
@@ -81,3 +89,23 @@ def matmul_program(cfg, x, w, shift=0, double_buffer=True):
 def matmul_reference(x, w, shift=0):
     acc = x.astype(np.int64) @ w.astype(np.int64)
     return np.clip(acc.astype(np.int32) >> shift, -128, 127).astype(np.int8)
+
+
+def quantized_mlp(batch=1, sizes=(64, 32, 48, 10), seed=0):
+    """A multilayer perceptron of dense + bias + relu layers, every layer quantized (the last
+    one's int32 result dequantized to float)."""
+    rng = np.random.default_rng(seed)
+    x = var("x", shape=(batch, sizes[0]))
+    h, params = x, {}
+    for i, (k, m) in enumerate(zip(sizes[:-1], sizes[1:])):
+        w = var(f"w{i}", shape=(m, k))
+        params[f"w{i}"] = rng.normal(0, 0.2, (m, k)).astype("float32")
+        h = op.nn.dense(h, w)
+        if i < len(sizes) - 2:
+            b = var(f"b{i}", shape=(m,))
+            params[f"b{i}"] = rng.normal(0, 0.1, (m,)).astype("float32")
+            h = op.nn.relu(op.nn.bias_add(h, b))
+    mod = IRModule.from_expr(Function(free_vars(h), h))
+    data = [{"x": rng.normal(0, 1, (batch, sizes[0])).astype("float32")} for _ in range(4)]
+    with rb.quantize.qconfig(skip_dense_layer=False, skip_conv_layers=None):
+        return rb.quantize.quantize(mod, params, data), data[0]["x"]

@@ -12,6 +12,8 @@ from relaybench.backends.accel.lower import choose_tiling, plan_group
 from relaybench.errors import CompileError
 from relaybench.ir.expr import Function
 
+from accel_programs import quantized_mlp
+
 pytest.importorskip("llvmlite")
 
 
@@ -185,3 +187,17 @@ def test_a_tile_that_fills_the_accumulator_half_exactly():
     out = np.zeros(want.shape, "int8")
     kernel(*args, out)
     np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+def test_dense_layers_run_on_the_accelerator(batch):
+    """A quantized multilayer perceptron: its requantized dense layers run on the accelerator as
+    1x1 convolutions (VTA's dense), the last one on the CPU; the result equals the llvm build of
+    the same quantized model exactly, on the single- and the multi-batch design."""
+    q, _ = quantized_mlp(batch=batch, sizes=(64, 32, 48, 10), seed=3)
+    x = np.random.default_rng(4).standard_normal((batch, 64)).astype("float32")
+    target = "accel" if batch == 1 else f"accel -batch={batch}"
+    acc = rb.build(q, target=target)
+    np.testing.assert_array_equal(acc.run(x=x), rb.build(q, target="llvm").run(x=x))
+    assert acc.compile_stats.accel_kernels == 2
+    assert "GEMM" in acc.source("accel")
