@@ -23,10 +23,15 @@ thread, sequential execution); relaybench's ``RB_NUM_THREADS``.
 The relaybench column is :func:`relaybench_engine`: ``relaybench.build(mod, target="llvm",
 params=params, opt_level=3, num_threads=threads)``; should the build fail, the reference
 interpreter, labelled "relaybench (interpreter)" (numpy running Relay's semantics, not compiled
-code). The compile time is measured in fresh processes, cold (an empty ``RB_CACHE_DIR``) and
+code). The "relaybench tuned" column is the same build inside
+``relaybench.autotune.apply_history_best`` of the tuning logs (``--tuning-log``; by default the
+ones shipped in ``relaybench/autotune/logs``), and both relaybench columns are also given as
+their time over ONNX Runtime's. The compile time is measured in fresh processes, cold (an empty ``RB_CACHE_DIR``) and
 cached (the same build again, reading the kernels the first one stored). For each thread count,
-relaybench's per-kernel profile gives every convolution's and dense layer's GFLOP/s, set against
-the machine's FMA peak and sgemm rate measured in the same run (``bench/peak.py``).
+relaybench's per-kernel profile, untuned and tuned, gives every convolution's GFLOP/s, set
+against the machine's FMA peak and sgemm rate measured in the same run (``bench/peak.py``), and
+every dense layer's weight bytes per second against the memory bandwidth measured in the same
+run (:func:`memory_bandwidth`); the load average is noted beside each table.
 
 Prints the load average at the start and the end (compare only runs on an idle machine), and
 writes every raw timing to ``OUT/vision-<time>.json``. Needs the bench extra:
@@ -163,25 +168,36 @@ def numpy_blas_threads() -> Optional[Callable[[int], None]]:
     return None
 
 
-def relaybench_engine(mod, params, threads: int) -> Engine:
+def relaybench_engine(mod, params, threads: int, tuning_log=None) -> Engine:
     """relaybench compiled with ``relaybench.build`` (target llvm, opt_level 3, ``threads``
-    threads); a build that fails falls back to the reference interpreter, labelled as such, with
-    the error printed and kept in ``info``."""
+    threads); with ``tuning_log`` (paths of tuning logs), built inside
+    ``relaybench.autotune.apply_history_best`` (the engine ``relaybench_tuned``). A build that
+    fails falls back to the reference interpreter, labelled as such, with the error printed and
+    kept in ``info``."""
+    import contextlib
+
     import relaybench as rb
 
+    key, label = ("relaybench_tuned", "relaybench tuned") if tuning_log else \
+        ("relaybench", "relaybench")
     info: dict = {}
     try:
         start = time.perf_counter()
-        lib = rb.build(mod, target="llvm", params=params, opt_level=3, num_threads=threads)
+        scope = rb.autotune.apply_history_best(tuning_log) if tuning_log \
+            else contextlib.nullcontext()
+        with scope as applied:
+            lib = rb.build(mod, target="llvm", params=params, opt_level=3, num_threads=threads)
         setup = time.perf_counter() - start
+        if tuning_log:
+            info["tuned_workloads"] = len(applied.used)
 
         input_name = lib.input_names[0]
 
         def run(data):
             return _first_output(lib.run(**{input_name: data}))
 
-        return Engine("relaybench", "relaybench", run, setup_s=setup,
-                      info={"compiled": True, "module": lib})
+        return Engine(key, label, run, setup_s=setup,
+                      info=dict(info, compiled=True, module=lib))
     except Exception as exc:   # report it, and still give the run a relaybench column
         info["build_error"] = f"{type(exc).__name__}: {exc}"
         print(f"  relaybench.build failed ({info['build_error']}); using the interpreter",
@@ -200,7 +216,7 @@ def relaybench_engine(mod, params, threads: int) -> Engine:
         if set_blas_threads is not None:
             set_blas_threads(threads)
 
-    return Engine("relaybench", "relaybench (interpreter)", run, prepare, setup_s=setup,
+    return Engine(key, label + " (interpreter)", run, prepare, setup_s=setup,
                   info=dict(info, compiled=False))
 
 
@@ -246,6 +262,75 @@ def kernel_profile(lib, data, fma_gflops: float, sgemm_gflops: float) -> list:
                      "ms_per_call": row["ms/call"], "gflops": rate,
                      "of_fma_peak": rate / fma_gflops, "of_sgemm": rate / sgemm_gflops})
     return rows
+
+
+STREAM_FLOATS = 1 << 24   # 64 MB per array: far beyond the caches
+
+
+def memory_bandwidth(threads: int, floats: int = STREAM_FLOATS, repeat: int = 5) -> float:
+    """GB/s of a streaming kernel compiled by relaybench on ``threads`` threads: ``y = 2 * x``
+    over ``floats`` floats (bytes read plus bytes written per second, the best of ``repeat``).
+    With the default 2^24 floats, from memory: the rate a batch-1 dense layer, which reads each
+    weight once, can at most reach when its weights are not in a cache; with as many floats as a
+    dense layer's weights, from the cache level that holds them between two calls."""
+    import relaybench as rb
+    rows = max(1, floats // 1024)
+    x = rb.var("x", shape=(rows, 1024), dtype="float32")
+    body = rb.op.multiply(x, rb.const(2.0, "float32"))
+    lib = rb.build(rb.IRModule.from_expr(rb.Function([x], body)), target="llvm", opt_level=3,
+                   num_threads=threads)
+    data = np.ones((rows, 1024), "float32")
+    lib.set_input(x=data)
+    lib.run()
+    best = min(_seconds(lib.run) for _ in range(repeat))
+    return 2 * data.nbytes / best / 1e9
+
+
+def _seconds(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def layer_tables(row) -> str:
+    """The per-layer tables of one row: every convolution, untuned and tuned, against the FMA
+    peak; every dense layer's weight bytes per second against the memory bandwidth (a batch-1
+    dense layer reads each weight once: 4 bytes per 2 flops)."""
+    peak = row["peak"]
+    untuned = row.get("kernels", [])
+    tuned = {k["group"]: k for k in row.get("kernels_tuned", [])}
+    cached = peak.get("cache_gbs")
+    lines = [f"relaybench layers, {row['label']}, {row['threads']} thread(s): FMA peak "
+             f"{peak['fma_gflops']:.0f} GFLOP/s, sgemm {peak['sgemm_gflops']:.0f} GFLOP/s, "
+             f"memory {peak['stream_gbs']:.1f} GB/s"
+             + (f", {cached:.1f} GB/s streaming the largest dense weights' size"
+                if cached else "") + f" (load {row.get('load', '?')})",
+             "| group | calls | untuned ms | tuned ms | untuned GFLOP/s | tuned GFLOP/s "
+             "| tuned of FMA peak |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    dense = []
+    for k in untuned:
+        t = tuned.get(k["group"])
+        if "dense" in k["rule"]:
+            dense.append((k, t))
+            continue
+        lines.append(f"| {k['group']} | {k['calls']} | {k['ms_per_call']:.3f} | "
+                     + (f"{t['ms_per_call']:.3f} | " if t else "- | ")
+                     + f"{k['gflops']:.0f} | " + (f"{t['gflops']:.0f} | " if t else "- | ")
+                     + (f"{t['of_fma_peak']:.0%} |" if t else "- |"))
+    if dense:
+        lines += ["", "| dense group | untuned ms | tuned ms | untuned GB/s | tuned GB/s "
+                  "| tuned of memory bandwidth | tuned of same-size stream |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        for k, t in dense:
+            gbs = 2 * k["gflops"]
+            tuned_gbs = 2 * t["gflops"] if t else None
+            lines.append(f"| {k['group']} | {k['ms_per_call']:.3f} | "
+                         + (f"{t['ms_per_call']:.3f} | " if t else "- | ")
+                         + f"{gbs:.1f} | " + (f"{tuned_gbs:.1f} | " if t else "- | ")
+                         + (f"{tuned_gbs / peak['stream_gbs']:.0%} | " if t else "- | ")
+                         + (f"{tuned_gbs / cached:.0%} |" if t and cached else "- |"))
+    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -352,6 +437,8 @@ def table(rows) -> str:
                 labels.append((key, res["label"]))
     head = ["model", "threads"] + [f"{label} (ms)" for _, label in labels]
     head += [f"{label} vs PyTorch" for key, label in labels if key != "pytorch"]
+    relay = [(key, label) for key, label in labels if key.startswith("relaybench")]
+    head += [f"{label} time / ONNX Runtime's" for _, label in relay]
     rule = ["---", "---:"] + ["---:"] * (len(head) - 2)
     lines = ["| " + " | ".join(head) + " |", "| " + " | ".join(rule) + " |"]
     for row in rows:
@@ -371,13 +458,19 @@ def table(rows) -> str:
             res = engines.get(key)
             ok = res is not None and res["label"] == label
             cells.append(f"{torch_median / res['median_s']:.2f}x" if ok else "")
+        ort = engines.get("onnxruntime")
+        for key, label in relay:
+            res = engines.get(key)
+            ok = ort is not None and res is not None and res["label"] == label
+            cells.append(f"{res['median_s'] / ort['median_s']:.2f}" if ok else "")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------------------------
 
-def run_model(tm, name: str, threads_list, repeat: int, number: int, warmup: int, workdir: Path) -> list:
+def run_model(tm, name: str, threads_list, repeat: int, number: int, warmup: int, workdir: Path,
+              tuning_log=None) -> list:
     import relaybench as rb
     label, shape, kwargs = MODELS[name]
     print(f"{label}: building the models", flush=True)
@@ -390,10 +483,12 @@ def run_model(tm, name: str, threads_list, repeat: int, number: int, warmup: int
     for threads in threads_list:
         engines = [torch_engine(net, threads), onnxruntime_engine(onnx_path, threads),
                    relaybench_engine(mod, params, threads)]
+        if tuning_log:
+            engines.append(relaybench_engine(mod, params, threads, tuning_log))
         diffs = check_agreement(engines, data)
         timed = time_interleaved(engines, data, repeat, number, warmup)
         row = {"model": name, "label": label, "threads": threads, "input_shape": list(shape),
-               "engines": {}}
+               "engines": {}, "load": _load()}
         for e in engines:
             row["engines"][e.key] = dict(label=e.label, setup_s=e.setup_s,
                                          max_abs_diff_vs_pytorch=diffs[e.key],
@@ -402,12 +497,21 @@ def run_model(tm, name: str, threads_list, repeat: int, number: int, warmup: int
         if compile_times is not None:
             row["engines"]["relaybench"]["compile_s"] = compile_times
         lib = row["engines"]["relaybench"].pop("module", None)
+        tuned_lib = row["engines"].get("relaybench_tuned", {}).pop("module", None)
         if lib is not None:
             from peak import fma_peak, sgemm_rate   # bench/peak.py
             fma = fma_peak(threads)
             sgemm = sgemm_rate(threads, set_threads=numpy_blas_threads())
-            row["peak"] = {"fma_gflops": fma, "sgemm_gflops": sgemm}
+            row["peak"] = {"fma_gflops": fma, "sgemm_gflops": sgemm,
+                           "stream_gbs": memory_bandwidth(threads)}
             row["kernels"] = kernel_profile(lib, data, fma, sgemm)
+            # a batch-1 dense layer's weight bytes: 4 per multiply-add, 2 flops
+            weights = [2 * k["gflops"] * k["ms_per_call"] * 1e6 for k in row["kernels"]
+                       if "dense" in k["rule"]]
+            if weights:
+                row["peak"]["cache_gbs"] = memory_bandwidth(threads, int(max(weights)) // 4)
+            if tuned_lib is not None:
+                row["kernels_tuned"] = kernel_profile(tuned_lib, data, fma, sgemm)
         rows.append(row)
         medians = ", ".join(f"{e.label} {row['engines'][e.key]['median_s'] * 1e3:.2f} ms" for e in engines)
         print(f"  {threads} thread(s): {medians}", flush=True)
@@ -424,6 +528,9 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=2, help="untimed calls per engine before timing")
     ap.add_argument("--out", default=str(HERE / "out"), help="folder for the JSON of raw timings")
     ap.add_argument("--quick", action="store_true", help="a small run: --repeat 5 --number 1 --warmup 1")
+    ap.add_argument("--tuning-log", default="shipped",
+                    help="tuning log(s) for the 'relaybench tuned' column, comma-separated: "
+                         "'shipped' (relaybench/autotune/logs), paths, or 'none' (no tuned column)")
     args = ap.parse_args(argv)
     if args.quick:
         args.repeat, args.number, args.warmup = 5, 1, 1
@@ -434,6 +541,15 @@ def main(argv=None) -> int:
     threads_list = [int(t) for t in args.threads.split(",")]
     if any(t < 1 for t in threads_list) or args.repeat < 1 or args.number < 0:
         ap.error("--threads must be positive, --repeat at least 1, --number at least 0")
+
+    if args.tuning_log == "none":
+        tuning_log = None
+    elif args.tuning_log == "shipped":
+        from relaybench.autotune import shipped_logs
+        tuning_log = shipped_logs() or None
+    else:
+        tuning_log = [Path(p) for p in args.tuning_log.split(",") if p.strip()]
+    print(f"tuning logs: {', '.join(str(p) for p in tuning_log) if tuning_log else 'none'}")
 
     tm = _load_torch_models()
     import torch
@@ -453,7 +569,8 @@ def main(argv=None) -> int:
     rows = []
     with tempfile.TemporaryDirectory(prefix="rb-vision-onnx-") as workdir:
         for name in names:
-            rows += run_model(tm, name, threads_list, args.repeat, args.number, args.warmup, Path(workdir))
+            rows += run_model(tm, name, threads_list, args.repeat, args.number, args.warmup,
+                              Path(workdir), tuning_log)
     load_end = _load()
 
     print()
@@ -472,15 +589,8 @@ def main(argv=None) -> int:
     for r in rows:
         if not r.get("kernels"):
             continue
-        peak = r["peak"]
         print()
-        print(f"relaybench kernels, {r['label']}, {r['threads']} thread(s): machine FMA peak "
-              f"{peak['fma_gflops']:.0f} GFLOP/s, sgemm {peak['sgemm_gflops']:.0f} GFLOP/s")
-        print("| group | rule | calls | ms/call | GFLOP/s | of FMA peak | of sgemm |")
-        print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
-        for k in r["kernels"]:
-            print(f"| {k['group']} | {k['rule']} | {k['calls']} | {k['ms_per_call']:.3f} | "
-                  f"{k['gflops']:.0f} | {k['of_fma_peak']:.0%} | {k['of_sgemm']:.0%} |")
+        print(layer_tables(r))
     print()
     print(f"load average at end: {load_end}")
 

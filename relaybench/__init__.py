@@ -20,7 +20,9 @@ __version__ = "0.1.0"
 _LAZY = {
     "op": ("relaybench.op", None),
     "passes": ("relaybench.passes", None),
+    "frontends": ("relaybench.frontends", None),
     "quantize": ("relaybench.quantize", None),
+    "autotune": ("relaybench.autotune", None),
     "config": ("relaybench.config", None),
     "PassContext": ("relaybench.passes.infra", "PassContext"),
     "models": ("relaybench.models", None),
@@ -28,6 +30,8 @@ _LAZY = {
     "create_executor": ("relaybench.backends.executor", "create_executor"),
     "build": ("relaybench.backends.build", "build"),
     "vm": ("relaybench.backends.vm", None),
+    "aot": ("relaybench.backends.aot", None),
+    "adt": ("relaybench.adt", None),
     "viz": ("relaybench.viz", None),
     "experiments": ("relaybench.experiments", None),
     "testing": ("relaybench.testing", None),

@@ -10,10 +10,13 @@ from the table.
     $ relaybench show model.rly            # parsed, type-checked, printed
     $ relaybench show model.rly --no-types # parsed and printed as is
     $ relaybench show model.rly --passes fold-constant,fuse-ops --format svg --out model.svg
+    $ relaybench show model.onnx           # an ONNX model, imported and printed
+    $ relaybench import model.onnx --out model.rly   # and model.npz with the weights
     $ relaybench bench resnet18 --target llvm --image-shape 3,64,64
     $ relaybench reproduce composability --out results/ --models resnet18,dqn --quick
     $ relaybench reproduce quantization --out results/ --quick
     $ relaybench reproduce accelerator --out results/ --quick
+    $ relaybench reproduce nlp --out results/ --quick
     $ relaybench train-digits --epochs 20 --seed 0 --out weights/
     $ relaybench fuzz --n 300 --seed 1000 --jobs 2 --out fuzz-out --minimize
     $ relaybench fuzz --replay fuzz-out/min_0_seed1036.rly
@@ -99,7 +102,8 @@ _SHOW_FORMATS = ("text", "dot", "svg")
 
 
 def _configure_show(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("file", type=Path, metavar="FILE.rly", help="a program in Relay text")
+    parser.add_argument("file", type=Path, metavar="FILE.rly",
+                        help="a program in Relay text, or an ONNX model (FILE.onnx)")
     parser.add_argument("--types", action=argparse.BooleanOptionalAction, default=True,
                         help="run type inference and print the types (default: on)")
     parser.add_argument("--passes", metavar="PIPELINE",
@@ -153,17 +157,24 @@ def _emit(text: str, out: Path | None) -> int:
 def _run_show(args: argparse.Namespace) -> int:
     from relaybench.errors import ParseError, RelayError
 
-    try:
-        text = args.file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        return _fail(f"cannot read {args.file}: {err}")
+    if args.passes is not None and args.opt_level < 0:
+        return _fail(f"--opt-level must be at least 0, got {args.opt_level}")
+    if args.file.suffix.lower() == ".onnx":  # an ONNX model: imported, weights as parameters
+        loaded = _load_onnx(args.file, [], None, freeze=False)
+        if isinstance(loaded, int):
+            return loaded
+        mod = loaded[0]
+        text = None
+    else:
+        try:
+            text = args.file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            return _fail(f"cannot read {args.file}: {err}")
 
     from relaybench import parse
 
-    if args.passes is not None and args.opt_level < 0:
-        return _fail(f"--opt-level must be at least 0, got {args.opt_level}")
     try:
-        mod = parse(text)
+        mod = parse(text) if text is not None else mod
         if args.types or args.passes is not None:  # passes need a typed program
             from relaybench.passes import InferType
             mod = InferType()(mod)
@@ -188,6 +199,66 @@ def _run_show(args: argparse.Namespace) -> int:
     except (OSError, RuntimeError) as err:  # the Graphviz executable missing or failing
         return _fail(f"--format {args.format}: {err}")
     return _emit(rendered, args.out)
+
+
+# --- import (ONNX) -------------------------------------------------------------------------
+
+def _input_shape(text: str) -> tuple:
+    """``NAME=1,3,224,224`` (a dim may be a name, or ``?``) as ``(name, shape)``."""
+    name, sep, dims = text.rpartition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"expected NAME=D0,D1,..., got {text!r}")
+    shape = []
+    for d in dims.split(",") if dims else []:
+        d = d.strip()
+        shape.append(int(d) if d.lstrip("-").isdigit() else None if d in ("?", "") else d)
+    return name, tuple(shape)
+
+
+def _load_onnx(path: Path, shapes, opset, freeze: bool):
+    """``(mod, params)`` of an ONNX file, or the exit status of a clear error."""
+    from relaybench.errors import RelayError
+    from relaybench.frontends import from_onnx
+    if not path.exists():
+        return _fail(f"cannot read {path}: no such file")
+    try:
+        return from_onnx(str(path), shape=dict(shapes) or None, opset=opset, freeze_params=freeze)
+    except ImportError as err:
+        return _fail(f"{path}: {err}")
+    except RelayError as err:
+        message = str(err)
+        return _fail(message if message.startswith(str(path)) else f"{path}: {message}")
+
+
+def _configure_import(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", type=Path, metavar="MODEL.onnx", help="an ONNX model")
+    parser.add_argument("--out", type=Path, metavar="PATH.rly", required=True,
+                        help="the Relay text to write; the weights go to PATH.npz beside it")
+    parser.add_argument("--shape", type=_input_shape, action="append", default=[],
+                        metavar="NAME=D0,D1,...",
+                        help="fix an input's shape (a dim may be a name or ?); repeatable")
+    parser.add_argument("--opset", type=int, metavar="N",
+                        help="read the model as this opset of the default domain")
+    parser.add_argument("--freeze-params", action="store_true",
+                        help="keep the weights in the text as constants (no .npz)")
+
+
+def _run_import(args: argparse.Namespace) -> int:
+    import numpy as np
+    loaded = _load_onnx(args.file, args.shape, args.opset, args.freeze_params)
+    if isinstance(loaded, int):
+        return loaded
+    mod, params = loaded
+    status = _emit(mod.astext(show_types=False), args.out)
+    if status or args.freeze_params:
+        return status
+    weights = args.out.with_suffix(".npz")
+    try:
+        np.savez(weights, **params)
+    except OSError as err:
+        return _fail(f"cannot write {weights}: {err}")
+    print(f"relaybench: wrote {weights} ({len(params)} parameters)", file=sys.stderr)
+    return 0
 
 
 # --- shared by bench and reproduce ---------------------------------------------------------
@@ -291,7 +362,7 @@ def _run_bench(args: argparse.Namespace) -> int:
 # --- reproduce -----------------------------------------------------------------------------
 
 # the experiments; each runs through its function in _REPRODUCERS (at the end of this section)
-_EXPERIMENTS = ("composability", "quantization", "accelerator")
+_EXPERIMENTS = ("composability", "quantization", "accelerator", "nlp")
 
 
 def _configure_reproduce(parser: argparse.ArgumentParser) -> None:
@@ -470,10 +541,34 @@ def _reproduce_accelerator(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _reproduce_nlp(args: argparse.Namespace) -> int:
+    """The recurrent models and TreeLSTM on relaybench AoT, the VM, the interpreter, PyTorch,
+    TorchScript and ONNX Runtime (:func:`relaybench.experiments.nlp`), written as nlp.md and
+    nlp.json beside the paper's speedups. ``--models`` picks among rnn, gru, lstm, char_rnn,
+    tree_lstm, tree_lstm_random; ``--threads`` defaults to 2."""
+    from relaybench.errors import RelayError
+    from relaybench.experiments.nlp import MODELS, nlp
+
+    models = _names(args.models) or list(MODELS)
+    kwargs = {"number": args.number or (2 if args.quick else 20),
+              "repeat": args.repeat or (3 if args.quick else 7),
+              "threads": args.threads or 2}
+    try:
+        result = nlp(models=models, **kwargs)
+        written = result.write(args.out)
+    except (ValueError, OSError, RelayError) as err:
+        return _fail(str(err))
+    print(result.to_markdown())
+    for path in written:
+        print(f"wrote {path}")
+    return 0
+
+
 _REPRODUCERS: dict[str, Callable[[argparse.Namespace], int]] = {
     "composability": _reproduce_composability,
     "quantization": _reproduce_quantization,
     "accelerator": _reproduce_accelerator,
+    "nlp": _reproduce_nlp,
 }
 
 
@@ -595,6 +690,8 @@ COMMANDS: dict[str, Command] = {
                 _configure_version, _run_version),
         Command("show", "parse a Relay text file, infer its types, run passes and print it "
                 "(text, DOT or SVG)", _configure_show, _run_show),
+        Command("import", "import an ONNX model as Relay text (and its weights as .npz)",
+                _configure_import, _run_import),
         Command("bench", "build a model of the zoo, time it and profile every kernel",
                 _configure_bench, _run_bench),
         Command("reproduce", "run one of the paper's experiments and write its table and figure",

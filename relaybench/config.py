@@ -102,6 +102,9 @@ KNOBS: Mapping[str, Knob] = _table(
          "where compiled kernels are cached on disk"),
     Knob("RB_NUM_THREADS", "int", 0,
          "threads for compiled CPU kernels; 0 means the number of cores", minimum=0),
+    Knob("RB_AOT_STACK_MB", "int", 256,
+         "native stack (MiB) an AoT-compiled run gets when its recursion is deeper than the "
+         "calling thread's stack allows; deeper still is an error", minimum=1),
     Knob("RB_TARGET", "str", "llvm",
          "the default build target when none is given"),
     Knob("RB_KERNEL_CACHE_SIZE", "int", 512,
@@ -115,6 +118,10 @@ KNOBS: Mapping[str, Knob] = _table(
          "output per work item), tiled (work groups of output tiles, input and weight chunks "
          "in local memory), auto (tiled where the shape suits it); the rule name in "
          "lib.profile() says which ran"),
+    Knob("RB_AUTOTUNE_LOG", "str", "shipped",
+         "a tuning log (JSON lines, relaybench.autotune) whose best config per workload every "
+         "llvm build uses, as inside apply_history_best; 'shipped' for the logs shipped with "
+         "the package; empty: the strategies' hand-picked configs"),
 )
 
 

@@ -54,7 +54,9 @@ speedups = result.speedups()
  all(speedups[model][0] == 1.0 for model in speedups))
 """, check=True)
 code("""
+%matplotlib inline
 figure = result.plot()
+figure
 """)
 md("""
 ## What each step does to the program

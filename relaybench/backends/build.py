@@ -376,6 +376,7 @@ def _compile_one(func: Function, name: str, target: Target, stats: CompileStats,
     generate = CODE_GENERATORS.get(target.kind)
     if generate is None:
         raise CompileError(f"{where}: no code generator for target {target}")
+    jit_before = _jit_stats()
     try:
         compiled = generate(lowered.prim_func, target)
     except RelayError as err:
@@ -389,8 +390,15 @@ def _compile_one(func: Function, name: str, target: Target, stats: CompileStats,
     stats.compile_seconds += t2 - t1
     from .graph_executor import contiguous
     constants = [contiguous(c) for c in lowered.constants]
-    return GroupKernel(name, func, lowered, compiled, lower_seconds=t1 - t0,
-                       compile_seconds=t2 - t1, constants=constants)
+    kernel = GroupKernel(name, func, lowered, compiled, lower_seconds=t1 - t0,
+                         compile_seconds=t2 - t1, constants=constants)
+    # where its machine code came from, for the compile-time view (relaybench.viz.compile_time):
+    # "compiled" (LLVM ran), "disk" (the kernel cache) or "memory" (loaded in this process)
+    jit_after = _jit_stats()
+    kernel.cache_origin = next((origin for key, origin in (("compiled", "compiled"), ("from_disk", "disk"),
+                                                           ("from_memory", "memory"))
+                                if jit_after.get(key, 0) > jit_before.get(key, 0)), None)
+    return kernel
 
 
 def _as_module(mod) -> IRModule:
@@ -433,8 +441,12 @@ def _pack_for_accel(mod: IRModule, target: Target) -> IRModule:
 def build(mod, target="llvm", params: Optional[dict] = None, opt_level: int = 3, *,
           instruments: Sequence = (), required_pass: Iterable[str] = (),
           disabled_pass: Iterable[str] = (), config: Optional[dict] = None,
-          num_threads: Optional[int] = None):
+          num_threads: Optional[int] = None, executor: str = "graph"):
     """Optimize ``mod``, compile every fused group of ``@main``, return a GraphModule.
+
+    ``executor="aot"`` compiles every function of the module instead (control flow, closures,
+    ADTs and references included) into one native module and returns an
+    :class:`~relaybench.backends.aot.runtime.AotModule` (see :mod:`relaybench.backends.aot`).
 
     ``params`` (name -> array) are bound into ``@main`` as constants first. ``opt_level``,
     ``instruments``, ``required_pass``, ``disabled_pass`` and ``config`` make the
@@ -444,6 +456,13 @@ def build(mod, target="llvm", params: Optional[dict] = None, opt_level: int = 3,
     Raises :class:`~relaybench.errors.CompileError` when ``@main`` is not static dataflow (the
     interpreter and the VM run everything), or when a group cannot be compiled (the group named).
     """
+    if executor == "aot":
+        from .aot import compile as aot_compile
+        return aot_compile(mod, target, params, opt_level, instruments=instruments,
+                           required_pass=required_pass, disabled_pass=disabled_pass,
+                           config=config, num_threads=num_threads)
+    if executor != "graph":
+        raise ValueError(f"build: executor must be 'graph' or 'aot', not {executor!r}")
     from ..passes import InferType
     from ..passes.bind_params import bind_params
     from ..ir.expr import Let

@@ -610,9 +610,10 @@ class GraphModule:
                                  input_name=name, expected=expected, given=given)
         return array
 
-    def set_input(self, name: Optional[str] = None, value=None, **inputs) -> None:
+    def set_input(self, name: Optional[str] = None, value=None, /, **inputs) -> None:
         """Copy inputs into the module's input buffers: ``set_input("x", a)`` or
-        ``set_input(x=a, y=b)``. Every value is checked before any is copied."""
+        ``set_input(x=a, y=b)``. Every value is checked before any is copied. (``name`` and
+        ``value`` are positional only, so inputs of those names are keywords like any other.)"""
         if name is not None:
             if name in inputs:
                 raise ExecutionError(f"input {name!r} given twice", input_name=name)

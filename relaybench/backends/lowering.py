@@ -188,16 +188,7 @@ def lower_primitive(func: Function, target=None, name: str | None = None) -> Low
         if isinstance(node, Var):
             raise CompileError(f"{where}: free variable %{node.name_hint}")
         if isinstance(node, Constant):
-            data = np.asarray(node.data)
-            if data.ndim == 0:
-                scalar = data.item()
-                values[node] = te.compute((), lambda v=scalar, d=data.dtype.name:
-                                          te.loop_ir.const(v, d), name="const")
-            else:
-                tensor = te.placeholder(data.shape, data.dtype.name, name=f"c{len(constants)}")
-                constants.append(data)
-                inputs.append(tensor)
-                values[node] = tensor
+            values[node] = _constant_tensor(node, constants, inputs)
         elif isinstance(node, Tuple):
             values[node] = [values[f] for f in node.fields]
         elif isinstance(node, TupleGetItem):
@@ -272,13 +263,16 @@ def _live_anchor(call_order: list, outputs: list) -> tuple:
     return anchor, anchor_tensors, anchor_pattern
 
 
-def _lower_call(call: Call, values: dict, strategy, target, where: str):
+def _lower_call(call: Call, values: dict, strategy, target, where: str, static: bool = True):
+    """The te tensors of one call (its op's compute on the values of its arguments); with
+    ``static=False`` the output type may hold symbolic extents (the VM's symbolic kernels)."""
     opdef = call.op.opdef
     name = call.op.name
     args = [values[a] for a in call.args]
     out_type = _type_of(call, where)
     out_arg = list(out_type.fields) if isinstance(out_type, TupleType) else out_type
-    flatten_type(out_type, f"{where}: {name}")
+    if static:
+        flatten_type(out_type, f"{where}: {name}")
     # a compute registered above level 0 (a user's) wins over the strategy's choice, which wins
     # over the operator's own (level 0)
     compute = get_op_attr(name, "FTVMCompute", target=target) if opdef is not None else None
@@ -316,6 +310,20 @@ def _nest(ty, tensors: list):
             return [build(f) for f in t.fields]
         return next(it)
     return build(ty)
+
+
+def _constant_tensor(node: Constant, constants: list, inputs: list):
+    """A constant of a fused group as a tensor: a scalar inlined as a rank-0 compute, any other
+    one a placeholder appended to ``inputs`` with its data to ``constants`` (the kernel's
+    extra arguments)."""
+    data = np.asarray(node.data)
+    if data.ndim == 0:
+        return te.compute((), lambda v=data.item(), d=data.dtype.name: te.loop_ir.const(v, d),
+                          name="const")
+    tensor = te.placeholder(data.shape, data.dtype.name, name=f"c{len(constants)}")
+    constants.append(data)
+    inputs.append(tensor)
+    return tensor
 
 
 def _flatten_values(value) -> list:

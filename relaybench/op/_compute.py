@@ -51,8 +51,10 @@ def is_int(dtype: str) -> bool:
 
 
 def shape_of(out_type) -> tuple:
-    """The static int shape of a checked TensorType."""
-    return tuple(int(d) for d in out_type.shape)
+    """The shape of a checked TensorType as te takes it: ints, and for a symbolic extent
+    (``n``) its loop-IR expression of size variables (:func:`relaybench.te.tensor.as_extent`)."""
+    from ..te.tensor import as_extent
+    return tuple(as_extent(d) for d in out_type.shape)
 
 
 def broadcast_index(tensor, indices) -> tuple:

@@ -534,11 +534,17 @@ def register_shape_func(op_name: str, data_dependent: bool, shape_func: Optional
     return register_op_attr(op_name, "FShapeFunc", shape_func, level)
 
 
+#: keys every operator carries at level 0 (:mod:`relaybench.op.shape_funcs`): the table leaves
+#: those registrations out, as it leaves out the OpDef's slots, and shows a user's above them
+_EVERY_OP_KEYS = frozenset({"FShapeFunc", "TShapeDataDependent"})
+
+
 def _registered_text(name: str) -> str:
     parts = []
     for (op, key), entries in sorted(_ATTRS.items()):
         if op == name:
-            parts.extend(f"{key}[{e.target + ', ' if e.target else ''}level {e.level}]" for e in entries)
+            parts.extend(f"{key}[{e.target + ', ' if e.target else ''}level {e.level}]" for e in entries
+                         if not (key in _EVERY_OP_KEYS and e.level == 0))
     return ", ".join(parts)
 
 

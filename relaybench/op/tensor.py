@@ -567,3 +567,106 @@ trunc_divide = _binary("trunc_divide", _trunc_divide, "Elementwise quotient roun
                        "(integers as ``divide``; floats ``trunc(lhs / rhs)``).")
 trunc_mod = _binary("trunc_mod", np.fmod, "Elementwise remainder of truncated division, with the "
                     "sign of ``lhs`` (``mod``).")
+
+
+# ---------------------------------------------------------------------------------------------
+# Trigonometric and hyperbolic functions, bitwise operators (Relay's sin ... atanh, bitwise_*)
+
+__all__ += ["sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh",
+            "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not"]
+
+
+def _math_compute(name: str, formula):
+    """A kernel for a float unary op from the loop IR's intrinsics (``sin``, ``cos``, ``exp``,
+    ``log``, ``sqrt``); None when the formula needs an intrinsic the code generators lack."""
+    if formula is None:
+        return None
+    return C.elementwise(name, lambda x, attrs: formula(x))
+
+
+def _math(name: str, func, formula, doc: str):
+    return register(OpDef(name, ("data",), _math_unary_rel, OpPattern.ELEMWISE,
+                          reference=_quiet(func), compute=_math_compute(name, formula),
+                          layout=elemwise_layout, doc=doc))
+
+
+def _te():
+    from .. import te
+    return te
+
+
+def _one(x):
+    return _te().cast(x.dtype, 1.0)
+
+
+def _half(x):
+    return _te().cast(x.dtype, 0.5)
+
+
+def _intrin(name, x):
+    from ..te import loop_ir
+    return loop_ir.call(name, x)
+
+
+sin = _math("sin", np.sin, lambda x: _intrin("sin", x), "Elementwise sine.")
+cos = _math("cos", np.cos, lambda x: _intrin("cos", x), "Elementwise cosine.")
+tan = _math("tan", np.tan, lambda x: _intrin("sin", x) / _intrin("cos", x),
+            "Elementwise tangent (the kernel computes ``sin(x) / cos(x)``).")
+asin = _math("asin", np.arcsin, None, "Elementwise arcsine (nan outside [-1, 1]).")
+acos = _math("acos", np.arccos, None, "Elementwise arccosine (nan outside [-1, 1]).")
+atan = _math("atan", np.arctan, None, "Elementwise arctangent.")
+sinh = _math("sinh", np.sinh, lambda x: (_te().exp(x) - _te().exp(-x)) * _half(x),
+             "Elementwise hyperbolic sine (the kernel computes ``(e^x - e^-x) / 2``).")
+cosh = _math("cosh", np.cosh, lambda x: (_te().exp(x) + _te().exp(-x)) * _half(x),
+             "Elementwise hyperbolic cosine (the kernel computes ``(e^x + e^-x) / 2``).")
+asinh = _math("asinh", np.arcsinh, lambda x: _te().log(x + _te().sqrt(x * x + _one(x))),
+              "Elementwise inverse hyperbolic sine, ``log(x + sqrt(x^2 + 1))``.")
+acosh = _math("acosh", np.arccosh, lambda x: _te().log(x + _te().sqrt(x * x - _one(x))),
+              "Elementwise inverse hyperbolic cosine, ``log(x + sqrt(x^2 - 1))`` (nan below 1).")
+atanh = _math("atanh", np.arctanh,
+              lambda x: _half(x) * _te().log((_one(x) + x) / (_one(x) - x)),
+              "Elementwise inverse hyperbolic tangent, ``log((1 + x) / (1 - x)) / 2``.")
+
+_bitwise_rel = _broadcast_relation((INT_DTYPES | {"bool"}, "an integer or bool "))
+bitwise_and = _binary("bitwise_and", np.bitwise_and, "Elementwise ``lhs & rhs`` of integers.",
+                      _bitwise_rel)
+bitwise_or = _binary("bitwise_or", np.bitwise_or, "Elementwise ``lhs | rhs`` of integers.",
+                     _bitwise_rel)
+bitwise_xor = _binary("bitwise_xor", np.bitwise_xor, "Elementwise ``lhs ^ rhs`` of integers.",
+                      _bitwise_rel)
+bitwise_not = _unary("bitwise_not", np.invert, "Elementwise ``~x`` of integers (every bit flipped).",
+                     _unary_relation((INT_DTYPES | {"bool"}, "an integer or bool ")))
+
+
+# ---------------------------------------------------------------------------------------------
+# reinterpret (Relay's bit cast)
+
+__all__ += ["reinterpret"]
+
+
+def _normalize_reinterpret(a: dict) -> dict:
+    if a["dtype"] is None:
+        raise ValueError("dtype is not given")
+    a["dtype"] = check_dtype(a["dtype"])
+    return a
+
+
+def _reinterpret_rel(types, attrs):
+    (t,) = types
+    if not known(t):
+        return None
+    t = tensor(t, "data")
+    if np.dtype(t.dtype).itemsize != np.dtype(attrs.dtype).itemsize or "bool" in (t.dtype, attrs.dtype):
+        fail(f"cannot reinterpret {t.dtype} as {attrs.dtype}: the element sizes differ (or one is "
+             f"bool)")
+    return TensorType(t.shape, attrs.dtype)
+
+
+_reinterpret_rel.relation_name = "ReinterpretRel"
+
+reinterpret = register(OpDef(
+    "reinterpret", ("data",), _reinterpret_rel, OpPattern.ELEMWISE, attrs={"dtype": None},
+    normalize=_normalize_reinterpret,
+    reference=lambda x, attrs: np.array(x, order="C").view(attrs.dtype),
+    doc="The same bits read as another dtype of the same element size (``float32`` as "
+        "``int32``); no value is converted."))

@@ -1563,3 +1563,167 @@ slice_like = register(OpDef(
     normalize=_normalize_slice_like, reference=_slice_like_ref, compute=C.slice_like_compute,
     doc="The leading part of ``data`` with the extents of ``shape_like`` (only its type is read) "
         "along ``axes`` (every axis both tensors have when None)."))
+
+
+# ---------------------------------------------------------------------------------------------
+# einsum, scatter_elements
+
+__all__ += ["einsum", "scatter_elements"]
+
+
+def _parse_einsum(equation: str, ranks: list) -> tuple:
+    """``(operand subscripts, output subscripts)`` of an einsum equation, each a list of letters
+    with ``'...'`` standing for the broadcast axes; an implicit output is the ellipsis followed by
+    the letters used once, in alphabetical order (numpy's rule)."""
+    eq = equation.replace(" ", "")
+    lhs, arrow, rhs = eq.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(ranks):
+        fail(f"equation {equation!r} has {len(terms)} operand(s) but {len(ranks)} are given")
+
+    def letters(term: str, where: str) -> list:
+        out, rest = [], term
+        while rest:
+            if rest.startswith("..."):
+                if "..." in out:
+                    fail(f"{where} of {equation!r} has two ellipses")
+                out.append("...")
+                rest = rest[3:]
+            elif rest[0].isalpha():
+                out.append(rest[0])
+                rest = rest[1:]
+            else:
+                fail(f"{where} of {equation!r} has the character {rest[0]!r}")
+        return out
+
+    subs = [letters(t, f"operand {i}") for i, t in enumerate(terms)]
+    for i, (s, r) in enumerate(zip(subs, ranks)):
+        named = len(s) - ("..." in s)
+        if ("..." in s and named > r) or ("..." not in s and named != r):
+            fail(f"operand {i} has rank {r} but its subscripts {terms[i]!r} name {named} axes")
+    if arrow:
+        out = letters(rhs, "the output")
+    else:
+        counts: dict = {}
+        for s in subs:
+            for c in s:
+                if c != "...":
+                    counts[c] = counts.get(c, 0) + 1
+        out = (["..."] if any("..." in s for s in subs) else []) + sorted(
+            c for c, n in counts.items() if n == 1)
+    return subs, out
+
+
+@relation("EinsumRel")
+def einsum_rel(types, attrs):
+    """``EinsumRel``: each letter of the equation is one extent shared by every axis it names
+    (an extent of 1 broadcasts); the ellipsis axes broadcast as numpy's."""
+    (tup,) = types
+    if not known_deep(tup):
+        return None
+    if not isinstance(tup, TupleType) or not tup.fields:
+        fail(f"the input must be a non-empty tuple of tensors, got {tup}")
+    fields = [tensor(f, f"operand {i}") for i, f in enumerate(tup.fields)]
+    for i, f in enumerate(fields[1:], start=1):
+        if f.dtype != fields[0].dtype:
+            fail(f"operand {i} has dtype {f.dtype} but operand 0 has {fields[0].dtype}")
+    subs, out = _parse_einsum(attrs.equation, [f.ndim for f in fields])
+    extents: dict = {}
+    ellipsis: list = []
+    for i, (s, f) in enumerate(zip(subs, fields)):
+        n_ell = f.ndim - (len(s) - ("..." in s))
+        pos = 0
+        for c in s:
+            if c == "...":
+                dims = list(f.shape[pos:pos + n_ell])
+                pad = len(dims) - len(ellipsis)
+                merged = list(dims[:pad]) if pad > 0 else list(ellipsis[:-pad] if pad else [])
+                for a, b in zip(ellipsis[max(0, -pad):], dims[max(0, pad):]):
+                    merged.append(b if a == 1 else a if b == 1 or not provably_different(a, b) else
+                                  fail(f"operand {i}: ellipsis axes {fmt_shape(dims)} do not "
+                                       f"broadcast with {fmt_shape(ellipsis)}"))
+                ellipsis = merged
+                pos += n_ell
+                continue
+            d = f.shape[pos]
+            seen = extents.get(c)
+            if seen is None or seen == 1:
+                extents[c] = d
+            elif d != 1 and provably_different(seen, d):
+                fail(f"subscript {c!r} is {format_dim(seen)} in one operand but {format_dim(d)} in "
+                     f"operand {i}")
+            pos += 1
+    shape = []
+    for c in out:
+        if c == "...":
+            shape.extend(ellipsis)
+        elif c not in extents:
+            fail(f"the output subscript {c!r} names no operand axis")
+        else:
+            shape.append(extents[c])
+    return TensorType(shape, fields[0].dtype)
+
+
+def _einsum_ref(data, attrs):
+    return np.asarray(np.einsum(attrs.equation, *data, optimize=len(data) > 2))
+
+
+einsum = register(OpDef(
+    "einsum", ("data",), einsum_rel, OpPattern.OPAQUE, attrs={"equation": ""},
+    normalize=lambda a: dict(a, equation=str(a["equation"])), reference=_einsum_ref,
+    doc="Einstein summation of a tuple of tensors (numpy's ``einsum``): ``'ij,jk->ik'`` is a "
+        "matrix product; repeated letters of one operand take its diagonal, letters missing "
+        "from the output are summed, ``...`` stands for broadcast axes."))
+
+
+def _normalize_scatter_elements(a: dict) -> dict:
+    a["axis"] = as_int(a["axis"], "axis")
+    a["reduction"] = _choice(a["reduction"], "reduction", ("update", "add", "mul", "min", "max"))
+    return a
+
+
+@relation("ScatterElementsRel")
+def scatter_elements_rel(types, attrs):
+    """``ScatterElementsRel``: integer indices and updates of one shape, of the data's rank;
+    the output has the data's type."""
+    data, indices, updates = types
+    if not (known(data) and known(indices) and known(updates)):
+        return None
+    data, indices = tensor(data, "data"), _index_tensor(indices)
+    updates = tensor(updates, "updates")
+    normalize_axis(attrs.axis, max(data.ndim, 1))
+    if indices.ndim != data.ndim:
+        fail(f"indices {indices} must have the data's rank {data.ndim}")
+    if updates.dtype != data.dtype:
+        fail(f"updates {updates} must have the data's dtype {data.dtype}")
+    if updates.ndim != indices.ndim or any(provably_different(a, b)
+                                          for a, b in zip(updates.shape, indices.shape)):
+        fail(f"updates {updates} must have the shape of the indices {indices}")
+    return data
+
+
+def _scatter_elements_ref(data, indices, updates, attrs):
+    axis = attrs.axis % data.ndim
+    idx = indices.astype(np.int64)
+    _check_in_range(idx[None], (data.shape[axis],), "index")
+    out = data.copy()
+    grid = list(np.indices(idx.shape, sparse=False))
+    grid[axis] = idx
+    where = tuple(g.reshape(-1) for g in grid)
+    values = updates.reshape(-1)
+    if attrs.reduction == "update":
+        out[where] = values      # numpy keeps the last of repeated places, in row-major order
+    else:
+        ufunc = {"add": np.add, "mul": np.multiply, "min": np.minimum, "max": np.maximum}
+        ufunc[attrs.reduction].at(out, where, values)
+    return out
+
+
+scatter_elements = register(OpDef(
+    "scatter_elements", ("data", "indices", "updates"), scatter_elements_rel, OpPattern.OPAQUE,
+    attrs={"axis": 0, "reduction": "update"}, normalize=_normalize_scatter_elements,
+    reference=_scatter_elements_ref,
+    doc="A copy of ``data`` with ``updates[i, j, ...]`` stored at the place whose coordinate along "
+        "``axis`` is ``indices[i, j, ...]`` and whose other coordinates are ``i, j, ...`` "
+        "(ONNX's ScatterElements). ``reduction`` ``add``, ``mul``, ``min`` or ``max`` combines "
+        "the data with each update instead of storing it."))

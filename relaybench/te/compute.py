@@ -25,7 +25,7 @@ import numpy as np
 from relaybench.errors import CompileError
 from relaybench.te import loop_ir
 from relaybench.te.loop_ir import Expr, const, convert, map_children
-from relaybench.te.tensor import ComputeOp, IterVar, PlaceholderOp, Reduce, Tensor
+from relaybench.te.tensor import ComputeOp, IterVar, PlaceholderOp, Reduce, Tensor, as_extent
 
 __all__ = ["placeholder", "compute", "reduce_axis", "sum", "prod", "max", "min", "if_then_else",
            "cast", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "abs", "floor", "ceil",
@@ -50,9 +50,10 @@ def reduce_axis(extent: int, name: str | None = None) -> IterVar:
     >>> reduce_axis(8, name="k")
     IterVar(k, 8, reduce)
     """
-    if int(extent) <= 0:
+    extent = as_extent(extent)
+    if isinstance(extent, int) and extent <= 0:
         raise CompileError(f"reduce_axis {name or ''}: extent must be positive, got {extent}")
-    return IterVar(name or f"rv{next(_names)}", "int64", int(extent), "reduce")
+    return IterVar(name or f"rv{next(_names)}", "int64", extent, "reduce")
 
 
 def compute(shape, fcompute, name: str = "compute") -> Tensor:
@@ -63,7 +64,7 @@ def compute(shape, fcompute, name: str = "compute") -> Tensor:
     >>> print(Y.op.body)
     X[i] * 2.0 + 1.0
     """
-    shape = tuple(int(s) for s in shape)
+    shape = tuple(as_extent(s) for s in shape)
     try:
         params = [p.name for p in inspect.signature(fcompute).parameters.values()
                   if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]

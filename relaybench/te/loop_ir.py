@@ -95,8 +95,9 @@ class Buffer:
     scope: str = "global"
 
     def __post_init__(self):
-        shape = tuple(int(s) for s in self.shape)
-        if any(s < 0 for s in shape):
+        # an extent is an int, or an int64 expression of size variables (see SizeVar)
+        shape = tuple(s if isinstance(s, Expr) else int(s) for s in self.shape)
+        if any(isinstance(s, int) and s < 0 for s in shape):
             raise CompileError(f"buffer {self.name}: negative extent in shape {shape}")
         object.__setattr__(self, "shape", shape)
         np.dtype(self.dtype)  # rejects unknown dtypes early
@@ -235,6 +236,56 @@ class Var(Expr):
 
     def __repr__(self):
         return f"Var({self.name})"
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class SizeVar(Var):
+    """A symbolic extent (Relay's ``n`` in ``Tensor[(n, 4)]``): a kernel whose buffers' shapes
+    hold size variables takes, as its last parameter, an int64 buffer ``sizes`` with their
+    values, in the order of their names (:func:`size_vars_of`); the code generator reads them
+    at the kernel's entry. One object per name (:func:`size_var`), so that every tensor of a
+    kernel with extent ``n`` has the same variable."""
+
+    def __repr__(self):
+        return f"SizeVar({self.name})"
+
+
+_SIZE_VARS: dict = {}
+
+
+def size_var(name: str) -> SizeVar:
+    """The size variable named ``name`` (the same object for the same name)."""
+    found = _SIZE_VARS.get(name)
+    if found is None:
+        found = _SIZE_VARS[name] = SizeVar(name, "int64")
+    return found
+
+
+def _shape_text(shape: tuple) -> str:
+    """A buffer's shape as Python prints a tuple, symbolic extents as expressions: ``(n, 3)``."""
+    if all(isinstance(d, int) for d in shape):
+        return str(shape)
+    parts = [to_text(d) if isinstance(d, Expr) else str(d) for d in shape]
+    return f"({parts[0]},)" if len(parts) == 1 else f"({', '.join(parts)})"
+
+
+def size_vars_of(buffers) -> list:
+    """The size variables in the shapes of ``buffers``, sorted by name: the order of a kernel's
+    ``sizes`` parameter."""
+    found: dict = {}
+    for buf in buffers:
+        for extent in buf.shape:
+            if not isinstance(extent, Expr):
+                continue
+            stack = [extent]
+            while stack:
+                node = stack.pop()
+                if isinstance(node, SizeVar):
+                    found[node.name] = node
+                children = []
+                map_children(node, lambda c: children.append(c) or c)
+                stack.extend(children)
+    return [found[k] for k in sorted(found)]
 
 
 ARITH_OPS = ("+", "-", "*", "/", "//", "%", "min", "max", "<<", ">>")
@@ -822,8 +873,8 @@ def _stmt_lines(s: Stmt, indent: int, out: list):
             _stmt_lines(stmt, indent, out)
     elif isinstance(s, Allocate):
         scope = "" if s.buffer.scope == "global" else f', "{s.buffer.scope}"'
-        out.append(f'{pad}{s.buffer.name} = allocate({s.buffer.shape}, "{s.buffer.dtype}"'
-                   f'{scope})')
+        shape = _shape_text(s.buffer.shape)
+        out.append(f'{pad}{s.buffer.name} = allocate({shape}, "{s.buffer.dtype}"{scope})')
         _stmt_lines(s.body, indent, out)
     elif isinstance(s, Barrier):
         out.append(f"{pad}barrier()")
@@ -834,7 +885,8 @@ def _stmt_lines(s: Stmt, indent: int, out: list):
 def to_text(node) -> str:
     """The readable text of an expression, a statement or a PrimFunc (what ``print`` shows)."""
     if isinstance(node, PrimFunc):
-        params = ", ".join(f'{p.name}: Buffer({p.shape}, "{p.dtype}")' for p in node.params)
+        params = ", ".join(f'{p.name}: Buffer({_shape_text(p.shape)}, "{p.dtype}")'
+                           for p in node.params)
         lines = [f"def {node.name}({params}):"]
         _stmt_lines(node.body, 1, lines)
         return "\n".join(lines)

@@ -39,14 +39,47 @@ class IterVar(Var):
         return f"IterVar({self.name}, {self.extent}, {self.iter_kind})"
 
 
+def as_extent(dim):
+    """A shape dimension as the kernel layer takes it: an int, or, for a symbolic dimension of
+    a Relay type (``n``, ``2*n + 1``, ``n // 4``), the int64 loop-IR expression of its size
+    variables (:class:`~relaybench.te.loop_ir.SizeVar`). ``?`` has no value a kernel could
+    read: CompileError."""
+    if type(dim) is int:
+        return dim
+    from relaybench.ir import symbolic as S
+    from relaybench.te.loop_ir import Expr as _Expr, IntImm as _IntImm, size_var
+    if isinstance(dim, _IntImm):
+        return int(dim.value)
+    if isinstance(dim, _Expr):
+        return dim
+    if isinstance(dim, S.SymVar):
+        return size_var(dim.name)
+    if isinstance(dim, S.SymExpr):
+        total = 0
+        for mono, coef in dim.terms:
+            term = coef
+            for atom, power in mono:
+                for _ in range(power):
+                    term = term * as_extent(atom)
+            total = total + term
+        return total
+    if isinstance(dim, S._Atom):
+        inner = as_extent(dim.expr)
+        return inner // dim.divisor if dim.kind == "floordiv" else inner % dim.divisor
+    if dim is S.ANY:
+        raise CompileError("a dimension ? (known only at run time) cannot be a kernel's extent")
+    return int(dim)
+
+
 class Tensor:
-    """The output of an operation, with its ``shape`` (ints), ``dtype`` and ``name``."""
+    """The output of an operation, with its ``shape`` (ints, or loop-IR expressions of size
+    variables for symbolic extents, see :func:`as_extent`), ``dtype`` and ``name``."""
 
     __slots__ = ("op", "shape", "dtype", "name")
 
     def __init__(self, op, shape, dtype: str, name: str):
         self.op = op
-        self.shape = tuple(int(s) for s in shape)
+        self.shape = tuple(as_extent(s) for s in shape)
         self.dtype = dtype
         self.name = name
 

@@ -14,7 +14,10 @@ Each (program, configuration) gets an :class:`Outcome`:
   differs);
 * ``crash``: the exception's class and the first line of its message. The project has no kind of
   error that means "this program is legitimately refused" (a :class:`~relaybench.errors.
-  CompileError` is raised for a failure as much as for a refusal), so every exception counts.
+  CompileError` is raised for a failure as much as for a refusal), so every exception counts;
+* ``skipped``: the configuration's device cannot hold the program's data types (float16 or
+  float64 on an OpenCL device without ``cl_khr_fp16`` / ``cl_khr_fp64``), decided before
+  building, from the device's own list of extensions (:class:`NotApplicable`). Not a failure.
 
 Integer and bool outputs must be equal; float outputs within a tolerance that grows with the
 dtype's epsilon and the reduction work of the program (:func:`tolerance`). NaN matches NaN and
@@ -213,9 +216,21 @@ CONFIGS: dict = {c.name: c for c in [
 """Every configuration a program is checked on, by name."""
 
 
+class NotApplicable(Exception):
+    """Raised by a configuration's ``run`` for a program its device cannot run at all (the
+    outcome is ``skipped``)."""
+
+
 def _opencl(opt_level: int):
     def run(case: Case):
         from ..backends.build import build
+        from ..backends.opencl import get_device
+        features = get_device("opencl").features
+        used = set(_float_dtypes(case.mod))
+        for dtype, present, extension in (("float16", features.fp16, "cl_khr_fp16"),
+                                          ("float64", features.fp64, "cl_khr_fp64")):
+            if dtype in used and not present:
+                raise NotApplicable(f"{dtype}: the device {features.name} lacks {extension}")
         lib = build(case.mod, target="opencl", params=case.params, opt_level=opt_level)
         return lib.run(**case.free_inputs)
     return run
@@ -309,7 +324,7 @@ class Outcome:
     """How one configuration did on one program."""
 
     config: str
-    status: str                      # "ok", "mismatch" or "crash"
+    status: str                      # "ok", "mismatch", "crash" or "skipped"
     detail: str = ""
     output: Optional[int] = None     # which output (flattened) differs
     max_abs: float = 0.0
@@ -321,7 +336,7 @@ class Outcome:
     def failure_class(self) -> Optional[str]:
         """``config: crash Type: normalized message`` or ``config: mismatch [ops]``; None when
         ok."""
-        if self.status == "ok":
+        if self.status in ("ok", "skipped"):
             return None
         if self.status == "mismatch":
             return f"{self.config}: mismatch [{', '.join(sorted(set(self.ops)))}]"
@@ -409,7 +424,7 @@ class Report:
     def failures(self) -> list:
         out = [self.reference] if self.reference is not None and self.reference.status != "ok" \
             else []
-        return out + [o for o in self.outcomes if o.status != "ok"]
+        return out + [o for o in self.outcomes if o.status not in ("ok", "skipped")]
 
     @property
     def ok(self) -> bool:
@@ -437,6 +452,9 @@ def run_config(case: Case, config, expected) -> Outcome:
             case = config.prepare(case)
             expected = reference_result(case)
         actual = config.run(case)
+    except NotApplicable as err:
+        return Outcome(config.name, "skipped", str(err), ops=ops,
+                       seconds=time.perf_counter() - start)
     except Exception as err:  # every exception is a crash of this configuration
         return Outcome(config.name, "crash", _first_line(err), error_type=type(err).__name__,
                        ops=ops, seconds=time.perf_counter() - start)

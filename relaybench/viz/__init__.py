@@ -8,6 +8,11 @@
 * :class:`PassExplorer`, :class:`FusionView` (``viz/widgets.py``): the widgets; the explorer's
   quantization toggle runs :func:`relaybench.quantize.quantize` before its pipeline.
 * :class:`Table`: rows of results, printed or shown as HTML.
+* :func:`memory_plan` (``viz/memory.py``): each buffer's lifetime over a compiled program's
+  steps and the storage it shares, with the bytes reuse saves (graph executor and VM).
+* :func:`compile_time` (``viz/compile_time.py``): a build's time per pass and per kernel as a
+  bar chart, with the kernel cache's hits and misses.
+* :func:`save` (``viz/save.py``): any view written as SVG, PNG or HTML.
 
 Everything but :class:`Table` and :func:`html` (both light) is imported on first use, so
 ``import relaybench`` stays light.
@@ -25,7 +30,9 @@ from .html import html  # noqa: E402,F401
 
 _LAZY = {
     "to_dot": "dot", "render_svg": "dot", "legend": "dot", "diff": "snapshot_diff", "Diff": "snapshot_diff",
-    "PassExplorer": "widgets", "FusionView": "widgets",
+    "PassExplorer": "widgets", "FusionView": "widgets", "memory_plan": "memory",
+    "MemoryPlanView": "memory", "compile_time": "compile_time", "CompileTimeView": "compile_time",
+    "save": "save",
 }
 
 __all__ = ["Table", "html", *_LAZY]

@@ -22,17 +22,22 @@ themselves in a notebook through it.
 ...   %0 = nn.conv2d(%x, %w, strides=[2, 2], padding=[1, 1, 1, 1]);
 ...   nn.relu(%0)
 ... }''')
->>> g = to_dot(mod)
+>>> g = to_dot(mod, tooltips=False)
 >>> for line in g.source.splitlines()[4:]:
 ...     print(line.strip())
-n0 [label="%x" fontsize=10 height=0.2 shape=plaintext]
-n1 [label="%w" fontsize=10 height=0.2 shape=plaintext]
+n0 [label="%x\\n(1, 3, 8, 8) float32" fontsize=10 height=0.2 shape=plaintext]
+n1 [label="%w\\n(4, 3, 3, 3) float32" fontsize=10 height=0.2 shape=plaintext]
 n2 [label="nn.conv2d\\n3x3 s2 p1" fillcolor="#f4b6b6" shape=box style="rounded,filled"]
 n3 [label="nn.relu" fillcolor="#c8e6c9" shape=box style="rounded,filled"]
-n0 -> n2 [label="(1, 3, 8, 8) float32"]
-n1 -> n2 [label="(4, 3, 3, 3) float32"]
-n2 -> n3 [label="(1, 4, 4, 4) float32"]
+n0 -> n2
+n1 -> n2
+n2 -> n3 [label=" (1, 4, 4, 4) float32 "]
 }
+
+Parameters and constants show their shape and dtype on their own node, so the edges leaving
+them go unlabelled (labels side by side on an operator's inputs would run into each other). Each
+node's ``tooltip`` (:func:`node_tooltip`: its full type, every attribute and the Relay text it
+came from) is the SVG ``<title>`` a browser shows on hover, in a notebook and in a saved file.
 
 The walk is iterative (:func:`relaybench.ir.functor.post_order`), and node names are a counter in
 visit order (``n0``, ``n1``, ...), so the same program gives the same DOT text every time.
@@ -117,8 +122,15 @@ _QUANTIZE_BORDER = "#e65100"  # dark orange: quantization and annotation operato
 _QUANTIZE_PREFIXES = ("qnn.", "annotation.", "relay.op.annotation")
 
 _GRAPH_ATTRS = {"rankdir": "TB", "newrank": "true"}
-_NODE_ATTRS = {"fontname": "Helvetica", "fontsize": "11"}
-_EDGE_ATTRS = {"fontname": "Helvetica", "fontsize": "9", "color": DTYPE_COLORS["float32"][0]}
+#: the drawings' font: DejaVu Sans, whose metrics Graphviz lays the labels out with, is what a
+#: browser on Linux draws for it (and draws for "Helvetica" as well, about a fifth wider than
+#: Helvetica's metrics, so labels laid out for Helvetica ran into each other there); where it is
+#: missing, the SVG falls back to narrower fonts (:data:`FONT_FAMILY`), which fit all the more
+FONT = "DejaVu Sans"
+#: the SVG's ``font-family``: the font laid out with, then narrower ones
+FONT_FAMILY = "DejaVu Sans,Arial,Helvetica,sans-serif"
+_NODE_ATTRS = {"fontname": FONT, "fontsize": "11"}
+_EDGE_ATTRS = {"fontname": FONT, "fontsize": "9", "color": DTYPE_COLORS["float32"][0]}
 
 _RENDER_TIMEOUT = 120.0
 
@@ -212,6 +224,7 @@ class Cluster:
     position: Optional[int] = None    # the call's index among @main's calls, in evaluation order
     device: Optional[str] = None      # "accelerator" or "CPU" when known, else None
     cycles: Optional[int] = None      # an accelerator group's simulated cycles (its last call)
+    kernel: Optional[str] = None      # the name of the kernel a compiled module runs for it
 
 
 @dataclass(eq=False)
@@ -242,7 +255,11 @@ def _type_label(t: Optional[Type], limit: int) -> str:
     if isinstance(t, TensorType):
         text = f"{_shape_text(t.shape)} {t.dtype}"
     elif isinstance(t, TupleType):
-        text = "(" + ", ".join(_type_label(f, limit) for f in t.fields) + ")"
+        fields = [_type_label(f, limit) for f in t.fields]
+        if len(fields) > 2 and len(set(fields)) == 1:   # a short label: the fields counted
+            text = f"{len(fields)} x {fields[0]}"
+        else:
+            text = "(" + ", ".join(fields) + ")"
     else:
         text = str(t)
     return text if len(text) <= limit else text[:limit - 3] + "..."
@@ -465,12 +482,16 @@ class _Builder:
         if e in let_value:
             return env[let_value[e]]
         t = e.type_annotation if e.type_annotation is not None else e.type_or_none
-        return self.add("var", "%" + e.name_hint, "%" + e.name_hint, ("var", e.name_hint, str(t)), e,
+        label = "%" + e.name_hint
+        if self.types and t is not None:   # its edges go unlabelled: the node says the type
+            label += "\\n" + _type_label(t, self.max_label)
+        return self.add("var", "%" + e.name_hint, label, ("var", e.name_hint, str(t)), e,
                         cluster=cluster)
 
     def _const(self, e: Constant, env, cluster, let_value):
         shape = _shape_text(e.data.shape)
-        return self.add("const", "const", f"const {shape}",
+        label = f"const {shape}" + (f" {e.data.dtype.name}" if self.types else "")
+        return self.add("const", "const", label,
                         ("const", e.data.shape, e.data.dtype.name, _const_digest(e)), e, cluster=cluster)
 
     def _tuple(self, e: Tuple, env, cluster, let_value):
@@ -571,9 +592,10 @@ def dataflow_graph(mod_or_function, *, types: bool = True, max_label: int = 40,
     graph = DataflowGraph(b.nodes, b.clusters, [out])
     if marks is not None:
         for cluster in graph.clusters:
-            on_accel, cycles = marks[cluster.call]
+            on_accel, cycles, kernel = marks[cluster.call]
             cluster.device = "accelerator" if on_accel else "CPU"
             cluster.cycles = cycles
+            cluster.kernel = kernel
     elif accel_groups is not None:
         _mark_accel_groups(graph, accel_groups)
     return graph
@@ -604,7 +626,8 @@ def _compiled_devices(gm) -> tuple:
     for call, node in zip(calls, nodes):
         kernel = node.kernel
         on_accel = bool(getattr(kernel, "accel", False))
-        marks[call] = (on_accel, getattr(kernel.compiled, "cycles", None) if on_accel else None)
+        marks[call] = (on_accel, getattr(kernel.compiled, "cycles", None) if on_accel else None,
+                       kernel.name)
     return main, marks
 
 
@@ -670,6 +693,16 @@ class GraphvizError(RuntimeError):
     """The Graphviz executable is missing, failed or ran out of time."""
 
 
+class InlineSVG:
+    """SVG text shown in a notebook as HTML (inline, so its ``<title>`` tooltips work)."""
+
+    def __init__(self, svg: str):
+        self.svg = svg
+
+    def _repr_html_(self) -> str:
+        return f'<div class="rb-graph-view" style="overflow:auto;max-height:800px">{self.svg}</div>'
+
+
 class RelayDigraph(graphviz.Digraph):
     """A ``graphviz.Digraph`` that renders through ``graphviz-pure`` (see :func:`render_svg`), so
     it shows itself in a notebook without a system Graphviz."""
@@ -680,6 +713,12 @@ class RelayDigraph(graphviz.Digraph):
         data = _run_graphviz(self.source, engine or self.engine or "dot", fmt)
         return data.decode(encoding) if encoding is not None else data
 
+    def inline(self) -> "InlineSVG":
+        """The drawing as HTML holding the SVG inline, so that hovering a node in JupyterLab
+        shows its tooltip (a cell's plain ``graph`` is shown as an image, whose nodes a browser
+        does not hover; JupyterLab shows an inline SVG only in outputs made in this session)."""
+        return InlineSVG(render_svg(self))
+
     def _repr_image_svg_xml(self) -> str:
         return render_svg(self)
 
@@ -687,7 +726,8 @@ class RelayDigraph(graphviz.Digraph):
         return render_svg(self)
 
 
-def _node_attrs(node: GraphNode) -> dict:
+def _node_attrs(node: GraphNode, graph: Optional[DataflowGraph] = None) -> dict:
+    """A node's DOT attributes; given its graph, its ``tooltip`` too (:func:`node_tooltip`)."""
     kind = node.kind
     if kind == "call":
         attrs = {"label": node.label, "shape": "box", "style": "rounded,filled",
@@ -696,22 +736,122 @@ def _node_attrs(node: GraphNode) -> dict:
             attrs.update(style="rounded,filled,bold", penwidth="3", color=_LAYOUT_BORDER)
         elif is_quantize_op(node.name):
             attrs.update(style="rounded,filled,bold", penwidth="3", color=_QUANTIZE_BORDER)
-        return attrs
-    if kind == "var":
-        return {"label": node.label, "shape": "plaintext", "fontsize": "10", "height": "0.2"}
-    if kind == "const":
-        return {"label": node.label, "shape": "plaintext", "fontsize": "9", "fontcolor": "#616161",
-                "height": "0.2"}
-    if kind in ("tuple", "getitem"):
-        return {"label": node.label, "shape": "box", "fontsize": "8", "height": "0.2", "width": "0.3",
-                "margin": "0.02"}
-    return {"label": node.label, "shape": "ellipse", "style": "filled", "fillcolor": "#ffffff"}
+    elif kind == "var":
+        attrs = {"label": node.label, "shape": "plaintext", "fontsize": "10", "height": "0.2"}
+    elif kind == "const":
+        attrs = {"label": node.label, "shape": "plaintext", "fontsize": "9", "fontcolor": "#616161",
+                 "height": "0.2"}
+    elif kind in ("tuple", "getitem"):
+        attrs = {"label": node.label, "shape": "box", "fontsize": "8", "height": "0.2", "width": "0.3",
+                 "margin": "0.02"}
+    else:
+        attrs = {"label": node.label, "shape": "ellipse", "style": "filled", "fillcolor": "#ffffff"}
+    if graph is not None and node.expr is not None:
+        attrs["tooltip"] = _tooltip_text(node_tooltip(node, graph))
+    return attrs
 
 
-def _cluster_attrs(cluster: Cluster) -> dict:
+# ---- what hovering a node shows ---------------------------------------------------------------
+
+#: the longest tooltip line, in characters (a call's Relay text, an attribute's value)
+TOOLTIP_LINE = 240
+
+
+def _ref_text(node: GraphNode) -> str:
+    """How a node is named in the Relay text of a tooltip: a parameter by its name, a scalar
+    constant by its value, anything else by its node id (``%n3``)."""
+    from ..ir.printer import format_scalar
+    if node.kind == "var":
+        return node.name
+    if node.kind == "const" and isinstance(node.expr, Constant) and node.expr.data.ndim == 0:
+        return format_scalar(node.expr.data) or "const"
+    return f"%{node.id}"
+
+
+def node_tooltip(node: GraphNode, graph: DataflowGraph) -> str:
+    """What hovering ``node`` shows (the SVG ``<title>`` of its shape): the node and its kind,
+    its full type, every attribute of a call (defaults included, one a line), the Relay text
+    of the call with its inputs named by their node ids (``%n3``) and its type, and where the
+    parser found it when the program was parsed from text.
+
+    >>> import relaybench as rb
+    >>> g = dataflow_graph(rb.parse('''#[version = "0.0.5"]
+    ... def @main(%x: Tensor[(1, 4), float32]) { nn.softmax(%x) }'''))
+    >>> print(node_tooltip(g.nodes[1], g))
+    nn.softmax (n1)
+    type: Tensor[(1, 4), float32]
+    attrs:
+    - axis=-1
+    relay: %n1 = nn.softmax(%x) /* ty=Tensor[(1, 4), float32] */
+    source: line 2:42
+    """
+    from ..ir.printer import _attr_text
+    from ..ir.types import type_str
+    e = node.expr
+    t = e.type_or_none if e is not None else None
+    if t is None and isinstance(e, Var):
+        t = e.type_annotation
+    ty = type_str(t) if t is not None else "(not inferred)"
+    head = f"{node.name} ({node.id})" if node.kind == "call" else f"{node.name} ({node.kind}, {node.id})"
+    lines = [head, f"type: {ty}"]
+    if node.kind == "call" and isinstance(e, Call):
+        attrs = dict(e.attrs.items()) if e.attrs else {}
+        if attrs:
+            lines.append("attrs:")
+            lines.extend(_clip(f"- {k}={_attr_text(v)}", TOOLTIP_LINE) for k, v in attrs.items())
+        opdef = e.op.opdef if isinstance(e.op, Op) else None
+        shown = opdef.non_default_attrs(e.attrs) if opdef is not None and e.attrs else attrs
+        args = [_ref_text(graph.nodes[i]) for i in node.inputs]
+        args += [f"{k}={_attr_text(v)}" for k, v in shown.items()]
+        lines.append(_clip(f"relay: %{node.id} = {node.name}({', '.join(args)}) /* ty={ty} */",
+                           TOOLTIP_LINE))
+    elif node.kind == "var":
+        lines.append(f"relay: {node.name}: {ty}")
+    elif node.kind == "const" and isinstance(e, Constant):
+        lines.append(f"relay: meta[relay.Constant] /* ty={ty} */ ({e.data.size} values, "
+                     f"{e.data.nbytes} bytes)")
+    elif node.kind in ("tuple", "getitem"):
+        args = [_ref_text(graph.nodes[i]) for i in node.inputs]
+        text = f"({', '.join(args)})" if node.kind == "tuple" else f"{args[0]}{node.name}"
+        lines.append(f"relay: %{node.id} = {text} /* ty={ty} */")
+    span = getattr(e, "span", None) if e is not None else None
+    if span is not None:
+        lines.append(f"source: line {span.line}:{span.column}")
+    return "\n".join(lines)
+
+
+def _tooltip_text(text: str) -> str:
+    """A tooltip as a DOT string's contents, on one line of DOT text: backslashes doubled and
+    quotes escaped, so that Graphviz's escapes (``\\N``, ``\\G``) read as the text they are,
+    and each line break written ``\\n``."""
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def cluster_tooltip(cluster: Cluster, graph: DataflowGraph) -> str:
+    """What hovering a fused group's box shows: its name, pattern kind, the kernel a compiled
+    module runs for it, where it runs, its operators and its call's result type."""
+    from ..ir.types import type_str
+    pattern = PATTERN_NAMES.get(cluster.pattern, "") if cluster.pattern is not None else ""
+    lines = [f"{cluster.name} ({pattern})", f"call #{cluster.position} of @main"]
+    if cluster.kernel is not None:
+        lines.append(f"kernel: {cluster.kernel}")
+    if cluster.device is not None:
+        lines.append(f"runs on: {cluster.device}"
+                     + (f", {cluster.cycles} cycles" if cluster.cycles is not None else ""))
+    ops = [graph.nodes[i].name for i in cluster.nodes if graph.nodes[i].kind == "call"]
+    lines.append("ops: " + ", ".join(ops))
+    t = cluster.call.type_or_none if cluster.call is not None else None
+    if t is not None:
+        lines.append(f"type: {type_str(t)}")
+    return "\n".join(lines)
+
+
+def _cluster_attrs(cluster: Cluster, graph: Optional[DataflowGraph] = None) -> dict:
     """A cluster's label (group name and pattern kind, then where it runs when that is known:
     ``accelerator, 1234 cycles`` or ``CPU``) and border: :data:`ACCEL_CLUSTER` for a group on
-    the accelerator, :data:`CPU_CLUSTER` otherwise."""
+    the accelerator, :data:`CPU_CLUSTER` otherwise. Given the graph, its SVG group gets the id
+    ``rb_call_K`` (K the call's position in ``@main``: what a click in the FusionView reads)
+    and the tooltip :func:`cluster_tooltip`."""
     pattern = PATTERN_NAMES.get(cluster.pattern, "") if cluster.pattern is not None else ""
     label = f"{cluster.name}\\n{pattern}"
     if cluster.device == "accelerator":
@@ -719,7 +859,11 @@ def _cluster_attrs(cluster: Cluster) -> dict:
     elif cluster.device is not None:
         label += f"\\n{cluster.device}"
     style = ACCEL_CLUSTER if cluster.device == "accelerator" else CPU_CLUSTER
-    return {"label": label, **style, "fontsize": "9", "fontname": "Helvetica", "labeljust": "l"}
+    attrs = {"label": label, **style, "fontsize": "9", "fontname": FONT, "labeljust": "l"}
+    if graph is not None:
+        attrs["id"] = f"rb_call_{cluster.position}"
+        attrs["tooltip"] = _tooltip_text(cluster_tooltip(cluster, graph))
+    return attrs
 
 
 _PLAIN_ID = re.compile(r"([A-Za-z_][A-Za-z0-9_]*|-?(\.[0-9]+|[0-9]+(\.[0-9]*)?))\Z")
@@ -748,26 +892,40 @@ def _statement(head: str, attrs: dict) -> str:
     return f"\t{head} [{' '.join(parts)}]\n" if parts else f"\t{head}\n"
 
 
-def _edge_attrs(t: Optional[Type], limit: int) -> str:
+def _edge_attrs(t: Optional[Type], limit: int, labelled: bool = True) -> str:
     """The bracketed attributes of an edge carrying a value of type ``t`` (without the
-    brackets): its shape-and-dtype label first, then :func:`edge_style`'s, sorted; empty for an
-    untyped edge."""
+    brackets): its shape-and-dtype label first (unless not ``labelled``; a space each side), then
+    :func:`edge_style`'s, sorted; empty for an untyped edge."""
     if t is None:
         return ""
-    parts = [f"label={_quote(_type_label(t, limit))}"]
+    # a space each side: Graphviz packs the labels of neighbouring edges edge to edge, and
+    # the spaces keep them a word apart
+    parts = [f"label={_quote(' ' + _type_label(t, limit) + ' ')}"] if labelled else []
     style = edge_style(t)
     parts.extend(f"{k}={_quote(style[k])}" for k in sorted(style))
     return " ".join(parts)
 
 
-def draw(graph: DataflowGraph, name: str = "main", *, node_extra=None, extra=None) -> RelayDigraph:
+#: the kinds of node that show their own type, whose edges go unlabelled
+_SELF_LABELLED = frozenset({"var", "const"})
+
+
+def draw(graph: DataflowGraph, name: str = "main", *, node_extra=None, extra=None,
+         tooltips: bool = True) -> RelayDigraph:
     """Draw a :class:`DataflowGraph`; ``node_extra(node) -> dict`` adds or changes a node's
-    attributes, ``extra(digraph)`` adds statements at the end (the diff's removed nodes)."""
+    attributes, ``extra(digraph)`` adds statements at the end (the diff's removed nodes).
+
+    Labels stay apart: a parameter or a constant shows its shape and dtype on its own node, so
+    the edges leaving it go unlabelled (an operator's inputs from the weights would otherwise be
+    labelled side by side, their texts running into each other); an edge out of an operator
+    is labelled with its value's type, and Graphviz places those labels as nodes of the layout,
+    so they do not collide. Every node and fused group has a tooltip (:func:`node_tooltip`,
+    :func:`cluster_tooltip`) unless ``tooltips`` is False."""
     g = RelayDigraph(name=name, graph_attr=_GRAPH_ATTRS, node_attr=_NODE_ATTRS, edge_attr=_EDGE_ATTRS)
     emitted = set()
 
     def node_statement(target, node):
-        attrs = _node_attrs(node)
+        attrs = _node_attrs(node, graph if tooltips else None)
         if node_extra is not None:
             attrs.update(node_extra(node) or {})
         target.body.append(_statement(node.id, attrs))
@@ -781,22 +939,24 @@ def draw(graph: DataflowGraph, name: str = "main", *, node_extra=None, extra=Non
         emitted.add(node.cluster)
         cluster = graph.clusters[node.cluster]
         with g.subgraph(name=f"cluster_{cluster.index}") as sub:
-            sub.attr(**_cluster_attrs(cluster))
+            sub.attr(**_cluster_attrs(cluster, graph if tooltips else None))
             for i in cluster.nodes:
                 node_statement(sub, graph.nodes[i])
     limit = 2 * 40
-    attrs_of: dict = {}   # type -> the edge's attribute text, made once per type
+    attrs_of: dict = {}   # (type, labelled) -> the edge's attribute text, made once per type
     body = g.body
-    for node in graph.nodes:
+    nodes = graph.nodes
+    for node in nodes:
         for src, t in zip(node.inputs, node.input_types):
+            key = (t, nodes[src].kind not in _SELF_LABELLED)
             try:
-                text = attrs_of.get(t)
+                text = attrs_of.get(key)
             except TypeError:  # a type that does not hash
                 text = None
             if text is None:
-                text = _edge_attrs(t, limit)
+                text = _edge_attrs(t, limit, key[1])
                 try:
-                    attrs_of[t] = text
+                    attrs_of[key] = text
                 except TypeError:
                     pass
             body.append(f"\tn{src} -> {node.id} [{text}]\n" if text else f"\tn{src} -> {node.id}\n")
@@ -822,28 +982,29 @@ def legend() -> RelayDigraph:
     for key, label, style in (("accel", "fused group on the accelerator", ACCEL_CLUSTER),
                               ("cpu", "fused group on the CPU", CPU_CLUSTER)):
         with g.subgraph(name=f"cluster_{key}") as sub:
-            sub.attr(label=label, fontsize="9", fontname="Helvetica", **style)
+            sub.attr(label=label, fontsize="9", fontname=FONT, **style)
             sub.node(f"{key}_group", label="", shape="point", width="0.05", color=style["color"])
     # the edge colors: one short labelled edge per dtype class, between two dots
     with g.subgraph(name="cluster_dtypes") as sub:
         sub.attr(label="edges by dtype", style="rounded,dashed", color="#9e9e9e", fontsize="9",
-                 fontname="Helvetica")
+                 fontname=FONT)
         for cls in reversed(DTYPE_COLORS):   # Graphviz stacks them bottom-up: int8 ends on top
             color, width = DTYPE_COLORS[cls]
             sub.node(f"{cls}_from", label="", shape="point", width="0.05", color=color)
             sub.node(f"{cls}_to", label="", shape="point", width="0.05", color=color)
             sub.edge(f"{cls}_from", f"{cls}_to", label=DTYPE_NAMES[cls], color=color, fontcolor=color,
-                     penwidth=f"{width:g}", fontname="Helvetica", fontsize="9")
+                     penwidth=f"{width:g}", fontname=FONT, fontsize="9")
     return g
 
 
 def to_dot(mod_or_function, *, types: bool = True, max_label: int = 40,
-           accel_groups=None) -> RelayDigraph:
+           accel_groups=None, tooltips: bool = True) -> RelayDigraph:
     """The dataflow graph of ``@main`` (or of a Function or an expression) as a ``graphviz.Digraph``.
 
     ``types`` labels each edge with the shape and dtype of the value it carries (type inference
     runs first when the program is not typed yet); ``max_label`` bounds each line of a node's
-    label. Fused primitive functions are drawn as ``cluster_K`` subgraphs labelled with the
+    label; ``tooltips`` gives every node and fused group the tooltip a browser shows on hover
+    (:func:`node_tooltip`, :func:`cluster_tooltip`). Fused primitive functions are drawn as ``cluster_K`` subgraphs labelled with the
     group's name and pattern kind (the strongest among its operators', as
     :func:`relaybench.passes.fuse_ops.fused_groups` reports it). :func:`legend` draws the colors.
 
@@ -863,16 +1024,16 @@ def to_dot(mod_or_function, *, types: bool = True, max_label: int = 40,
     >>> for line in to_dot(qmod).source.splitlines():
     ...     if " -> " in line:
     ...         print(line.strip())
-    n0 -> n2 [label="(1, 4) float32"]
-    n1 -> n2 [label="() float32"]
-    n2 -> n3 [label="(1, 4) float32"]
-    n3 -> n4 [label="(1, 4) float32"]
-    n4 -> n5 [label="(1, 4) float32"]
-    n5 -> n7 [label="(1, 4) int8" color="#1565c0" fontcolor="#1565c0" penwidth=2.5]
-    n6 -> n7 [label="(2, 4) int8" color="#1565c0" fontcolor="#1565c0" penwidth=2.5]
-    n7 -> n8 [label="(1, 2) int32" color="#ad1457" fontcolor="#ad1457" penwidth=2]
-    n8 -> n10 [label="(1, 2) float32"]
-    n9 -> n10 [label="() float32"]
+    n0 -> n2
+    n1 -> n2
+    n2 -> n3 [label=" (1, 4) float32 "]
+    n3 -> n4 [label=" (1, 4) float32 "]
+    n4 -> n5 [label=" (1, 4) float32 "]
+    n5 -> n7 [label=" (1, 4) int8 " color="#1565c0" fontcolor="#1565c0" penwidth=2.5]
+    n6 -> n7 [color="#1565c0" fontcolor="#1565c0" penwidth=2.5]
+    n7 -> n8 [label=" (1, 2) int32 " color="#ad1457" fontcolor="#ad1457" penwidth=2]
+    n8 -> n10 [label=" (1, 2) float32 "]
+    n9 -> n10
 
     **Where each group runs.** Given a compiled module (``to_dot(rb.build(q, target="accel"))``)
     the drawing is of its optimized ``@main``, and each fused group's cluster says where the
@@ -891,15 +1052,15 @@ def to_dot(mod_or_function, *, types: bool = True, max_label: int = 40,
     ...   %0 = nn.conv2d(%x, %w, kernel_size=[1, 1], out_dtype="int32");
     ...   nn.relu(nn.max_pool2d(%0, pool_size=[2, 2]))
     ... }'''))
-    >>> for line in to_dot(fused, accel_groups={0: 120}).source.splitlines():
+    >>> for line in to_dot(fused, accel_groups={0: 120}, tooltips=False).source.splitlines():
     ...     if line.strip().startswith("color="):
     ...         print(line.strip())
-    color="#b8860b" fillcolor="#fff3c4" fontname=Helvetica fontsize=9 label="fused_nn_conv2d\\nout-elemwise-fusable\\naccelerator, 120 cycles" labeljust=l penwidth=2.5 style="rounded,filled,bold"
-    color="#757575" fontname=Helvetica fontsize=9 label="fused_nn_max_pool2d_nn_relu\\nout-elemwise-fusable\\nCPU" labeljust=l style="rounded,dashed"
+    color="#b8860b" fillcolor="#fff3c4" fontname="DejaVu Sans" fontsize=9 label="fused_nn_conv2d\\nout-elemwise-fusable\\naccelerator, 120 cycles" labeljust=l penwidth=2.5 style="rounded,filled,bold"
+    color="#757575" fontname="DejaVu Sans" fontsize=9 label="fused_nn_max_pool2d_nn_relu\\nout-elemwise-fusable\\nCPU" labeljust=l style="rounded,dashed"
     """
     graph = dataflow_graph(mod_or_function, types=types, max_label=max_label,
                            accel_groups=accel_groups)
-    return draw(graph)
+    return draw(graph, tooltips=tooltips)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -952,4 +1113,16 @@ def render_svg(digraph_or_dot_source, engine: str = "dot", *, timeout: float = _
                         f"{type(digraph_or_dot_source).__name__}")
     svg = _run_graphviz(source, engine, "svg", timeout).decode("utf-8")
     start = svg.find("<svg")
-    return svg[start:] if start >= 0 else svg
+    return _titles_from_tooltips(svg[start:] if start >= 0 else svg)
+
+
+# Graphviz writes a tooltip as the ``xlink:title`` of a link around the shape, and the element's
+# ``<title>`` as its DOT name (``n3``); browsers show the ``<title>``, so it takes the tooltip.
+_TITLED = re.compile(r'<title>[^<]*</title>(\s*<g id="a_[^"]*"><a xlink:title="([^"]*)">)')
+
+
+def _titles_from_tooltips(svg: str) -> str:
+    """The SVG with each tooltip also in its element's ``<title>`` (what a browser shows on
+    hover, in JupyterLab and in a saved file alike), and :data:`FONT` with its fallbacks."""
+    svg = svg.replace(f'font-family="{FONT}"', f'font-family="{FONT_FAMILY}"')
+    return _TITLED.sub(lambda m: f"<title>{m.group(2)}</title>{m.group(1)}", svg)

@@ -8,7 +8,9 @@ Python, so a test or a script can do what a click does:
 
 * :class:`PassExplorer` toggles and reorders the passes of a pipeline, runs them, steps through
   the passes that changed the program (text diff, graph, op counts), and times the configuration
-  on the interpreter or a compiled target, keeping a table of every configuration timed. Its
+  on the interpreter or a compiled target, keeping a table of every configuration timed; its
+  "Compare" button (:meth:`PassExplorer.compare`) times the configurations again in interleaved
+  rounds and reports medians with confidence intervals, and whether each difference is real. Its
   quantization toggle puts :func:`relaybench.quantize.quantize` (annotate, calibrate, realize)
   in front of the pipeline, under a qconfig chosen in the widget. A quantized program also runs
   on the simulated accelerator (target ``accel``): the pipeline then packs it for the
@@ -16,7 +18,8 @@ Python, so a test or a script can do what a click does:
   accelerator's (simulated) and how much the CPU's.
 * :class:`FusionView` lists the fused groups of a compiled module with their time per call and
   where each runs (the accelerator, with its cycles, or the CPU), and shows, for the group
-  selected, its loop IR, LLVM IR, assembly (or accelerator program) and dataflow graph.
+  selected, its loop IR, LLVM IR, assembly (or accelerator program) and dataflow graph; below,
+  the whole program's graph, where a click on a fused group opens that group's kernel.
 
 A widget shows itself when it is the last expression of a cell (``_ipython_display_``); its
 ``widget`` attribute is the ``ipywidgets`` box. The output areas carry stable CSS classes
@@ -379,6 +382,7 @@ class PassExplorer:
         self.steps: list = []
         self.final = None
         self.results: list = []
+        self.comparisons: list = []
         self.last_output = None
         self.run_count = 0
         self._ran_config = None
@@ -976,6 +980,119 @@ class PassExplorer:
         self._status(f"{target}: {latency:.3f} ms{note}")
         return row
 
+    # ---- comparing configurations -----------------------------------------------------------
+    def _configuration(self, spec) -> dict:
+        """A configuration to compare: a target name (the checked passes, the chosen
+        opt_level) or a dict with ``target``, ``disabled`` (pass labels left out), ``opt_level``
+        and an optional ``label``."""
+        if isinstance(spec, str):
+            spec = {"target": spec}
+        if not isinstance(spec, dict):
+            raise TypeError(f"PassExplorer.compare: a configuration is a target name or a dict "
+                            f"(target, disabled, opt_level, label), not {type(spec).__name__}")
+        unknown = set(spec) - {"target", "disabled", "opt_level", "label"}
+        if unknown:
+            raise ValueError(f"PassExplorer.compare: unknown configuration key {sorted(unknown)[0]!r} "
+                             f"(the keys are target, disabled, opt_level, label)")
+        target = spec.get("target", self.target)
+        if target not in self.targets or target == ACCEL_TARGET:
+            raise ValueError(f"PassExplorer.compare: target {target!r} cannot be compared here; "
+                             f"the targets are {', '.join(t for t in self.targets if t != ACCEL_TARGET)}")
+        disabled = tuple(spec.get("disabled", self.disabled))
+        for label in disabled:
+            self._entry(label)
+        opt_level = int(spec.get("opt_level", self.opt_level))
+        label = spec.get("label") or (f"{target}, opt_level {opt_level}"
+                                      + (f", without {', '.join(disabled)}" if disabled else ""))
+        return {"target": target, "disabled": disabled, "opt_level": opt_level, "label": label}
+
+    def _program(self, config: dict):
+        """The program the checked passes of ``config`` make (quantized first when the explorer
+        quantizes), run as :meth:`run` runs them."""
+        from ..passes.infra import PassContext
+        from ..passes.pipelines import build_pipeline
+        level = config["opt_level"]
+        items = []
+        for e in self._entries:
+            if e["label"] not in config["disabled"]:
+                items.append((e["name"], {k: (level if v == "opt_level" else v) for k, v in e["options"].items()}))
+        target = "llvm" if config["target"] in ("interpreter", "vm") else config["target"]
+        with PassContext(opt_level=level, config={"relay.target": target}):
+            program = self._quantized_module() if self.quantize else self.mod
+            return build_pipeline(items, name="explorer")(program)
+
+    def _runner(self, config: dict):
+        """A callable of no arguments running ``config``'s program on its target once, and its
+        output."""
+        from ..passes.pipelines import DEFAULT_PASSES
+        mod = self._program(config)
+        target = config["target"]
+        inputs = self.inputs
+        names = sorted({e["name"] for e in self._entries} | {name for name, _ in DEFAULT_PASSES})
+        if target == "interpreter":
+            from ..backends.executor import create_executor
+            run = create_executor("interpreter", mod=mod).evaluate()
+            return (lambda: run(**inputs)), run(**inputs)
+        if target == "vm":
+            from ..backends.vm import VirtualMachine, compile as vm_compile
+            vm = VirtualMachine(vm_compile(mod, "llvm", opt_level=config["opt_level"], disabled_pass=names))
+            return (lambda: vm.invoke("main", **inputs)), vm.invoke("main", **inputs)
+        from ..backends.build import build
+        graph = build(mod, target, opt_level=config["opt_level"], disabled_pass=names)
+        return (lambda: graph.run(**inputs)), graph.run(**inputs)
+
+    def compare(self, *configurations, rounds: int = 15, number: int = 3, confidence: float = 0.95):
+        """Whether the configurations really differ in speed: each is built once, checked
+        against the interpreter, then all are timed in ``rounds`` interleaved rounds of
+        ``number`` calls (:func:`relaybench.viz.compare.interleaved`): per configuration the
+        median time and its ``confidence`` interval, and its time over the first's (the median
+        of the paired per-round ratios, with its interval) with a verdict: real when the
+        interval leaves out 1. A configuration is a target name or a dict (``target``,
+        ``disabled``, ``opt_level``, ``label``); with none given, the configurations of the rows
+        timed so far (:attr:`results`). The :class:`~relaybench.viz.compare.Comparison` is
+        kept in :attr:`comparisons` and shown under the timings (the "Compare" button)."""
+        from .compare import interleaved
+        if not configurations:
+            seen, configurations = set(), []
+            for r in self.results:
+                key = (r["target"], r["disabled"], r["opt_level"])
+                if key not in seen and r["target"] != ACCEL_TARGET:
+                    seen.add(key)
+                    configurations.append({"target": r["target"], "disabled": r["disabled"],
+                                           "opt_level": r["opt_level"]})
+        configs = [self._configuration(c) for c in configurations]
+        if len(configs) < 2:
+            raise ValueError("PassExplorer.compare: give two configurations or more (or time two "
+                             "with Time it first)")
+        labels = [c["label"] for c in configs]
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"PassExplorer.compare: two configurations have the label "
+                             f"{next(l for l in labels if labels.count(l) > 1)!r}; name them with 'label'")
+        self._status(f"comparing {len(configs)} configurations in {rounds} interleaved rounds ...")
+        reference = self.quantized_reference() if self.quantize and self.quantized is not None \
+            else (None if self.quantize else self.reference())
+        runners = {}
+        for c in configs:
+            run, output = self._runner(c)
+            if reference is not None and not _agrees(output, reference):
+                raise ValueError(f"PassExplorer.compare: {c['label']}: the result differs from the "
+                                 f"interpreter's (max |error| {_max_error(output, reference):.3g}), "
+                                 f"so its time would mean nothing")
+            runners[c["label"]] = run
+        bar = self.progress
+        bar.max, bar.value, bar.description = rounds, 0, "compare"
+
+        def progress(done, total):
+            bar.value = done
+
+        comparison = interleaved(runners, rounds=rounds, number=number, confidence=confidence,
+                                 progress=progress)
+        self.comparisons.append(comparison)
+        self.compare_html.value = comparison._repr_html_()
+        verdicts = "; ".join(f"{r['configuration']}: {r['verdict']}" for r in comparison.rows[1:])
+        self._status(html.escape(f"compared against {labels[0]}: {verdicts}"))
+        return comparison
+
     def _accel_timing(self, graph, number: int) -> tuple:
         """``(ms per run, row fields)`` of an accelerator build from its profile: the simulated
         time of the groups on the accelerator and the measured time of the others."""
@@ -1104,6 +1221,12 @@ class PassExplorer:
         self.results_html = w.HTML()
         self.results_html.add_class("rb-results")
         self._show_results()
+        self.compare_button = w.Button(description="Compare", button_style="info",
+                                       tooltip="time the configurations timed so far in interleaved rounds")
+        self.compare_button.add_class("rb-compare")
+        self.compare_button.on_click(lambda _: self._click(self.compare))
+        self.compare_html = w.HTML()
+        self.compare_html.add_class("rb-comparison")
 
         self.widget = w.VBox([
             w.HTML("<h4>Passes</h4>"),
@@ -1115,8 +1238,8 @@ class PassExplorer:
             w.HBox([self.prev_button, self.step_slider, self.next_button]),
             self.step_label, self.ir_html, after_box, self.mark_changes_box, self.graph_html, table_box,
             w.HTML("<h4>Time this configuration</h4>"),
-            w.HBox([self.target_dropdown, self.time_button, self.progress]),
-            self.results_html,
+            w.HBox([self.target_dropdown, self.time_button, self.compare_button, self.progress]),
+            self.results_html, self.compare_html,
         ])
         self.widget.add_class("rb-pass-explorer")
 
@@ -1242,8 +1365,10 @@ class FusionView:
     the accelerator: filled once the module has run, as profiling does) and ``why on the CPU``
     (the build's reason for each group left to the CPU, ``compile_stats.cpu_reasons``), and a
     tab with the accelerator's program. :meth:`select` picks one (by name or index); the view
-    then shows its loop IR, LLVM IR and assembly in tabs (:meth:`current_source`) and the
-    dataflow graph of its Primitive function.
+    then shows its loop IR, LLVM IR and assembly in tabs (:meth:`current_source`), its time per
+    call and the dataflow graph of its Primitive function. Below, the whole program's graph
+    (:meth:`program_svg`): hovering a node shows its type, attributes and Relay text, and a click
+    on a fused group opens that group's kernel (:meth:`click` does it from Python).
 
     >>> import relaybench as rb
     >>> from relaybench import op
@@ -1389,6 +1514,43 @@ class FusionView:
     def current_kernel(self):
         return self.kernels[self._index(self.selected)] if self.selected is not None else None
 
+    def call_kernels(self) -> list:
+        """For each call of the compiled program, in order (the clusters ``rb_call_K`` of its
+        graph), the index in :attr:`kernels` of the kernel it runs."""
+        index = {id(k): i for i, k in enumerate(self.kernels)}
+        return [index[id(node.kernel)] for node in self.module.graph.nodes]
+
+    def click(self, position: int) -> None:
+        """What a click on a fused group of the program's graph does: open the kernel that call
+        ``position`` runs (its loop IR, target source and time)."""
+        calls = self.call_kernels()
+        if not 0 <= int(position) < len(calls):
+            raise IndexError(f"FusionView.click: call {position} of {len(calls)}")
+        self.select(calls[int(position)])
+
+    def program_svg(self) -> Optional[str]:
+        """The SVG of the whole compiled program (its fused groups as clusters), or None when
+        it could not be drawn."""
+        return _graph_view(self.module, self._graph_cache)[1]
+
+    def _program_html(self) -> str:
+        """The program's graph, each fused group a click target: the click reads the group's
+        call position from its cluster's id (``rb_call_K``), looks up the kernel that call runs
+        and picks it in the group dropdown, which shows it (a browser runs this; Python does
+        it with :meth:`click`)."""
+        svg = self.program_svg()
+        if svg is None:
+            return _graph_view(self.module, self._graph_cache)[0]
+        script = ("var g=event.target.closest('g.cluster');if(!g||!g.id)return;"
+                  "var k=this.dataset.kernels.split(' ')[parseInt(g.id.slice(8))];"
+                  "var s=this.closest('.rb-fusion-view').querySelector('.rb-group-select select');"
+                  "if(!s||k===undefined)return;s.selectedIndex=parseInt(k);"
+                  "s.dispatchEvent(new Event('change',{bubbles:true}));")
+        kernels = " ".join(str(i) for i in self.call_kernels())
+        return ('<style>.rb-program-graph g.cluster{cursor:pointer}</style>'
+                f'<div class="rb-program-graph" data-kernels="{kernels}" onclick="{script}" '
+                f'style="overflow: auto; max-height: 600px">{svg}</div>')
+
     @property
     def current_svg(self) -> Optional[str]:
         k = self.current_kernel
@@ -1405,10 +1567,13 @@ class FusionView:
             where += f", {row['cycles']} cycles per call"
         elif row.get("why on the CPU"):
             where += f" ({row['why on the CPU']})"
+        timed = f"; {row['ms/call']:.3f} ms per call, {row['calls']} calls" \
+            if isinstance(row.get("ms/call"), float) else f"; {row['calls']} calls"
         self.group_label.value = (f"<p><b>{html.escape(k.name)}</b>: {html.escape(row['ops'])}; "
                                   f"pattern {html.escape(row['pattern'])}, anchor "
                                   f"{html.escape(row['anchor'] or '-')}, schedule "
-                                  f"{html.escape(row['rule'])}; {html.escape(where)}</p>")
+                                  f"{html.escape(row['rule'])}; {html.escape(where)}"
+                                  f"{html.escape(timed)}</p>")
         self.graph_html.value = _graph_view(k.function, self._graph_cache)[0]
 
     def _build_widgets(self) -> None:
@@ -1431,8 +1596,13 @@ class FusionView:
         self.tabs.add_class("rb-source")
         self.graph_html = w.HTML()
         self.graph_html.add_class("rb-graph")
+        self.program_html = w.HTML(self._program_html())
+        self.program_html.add_class("rb-program")
+        program_box = w.Accordion(children=[self.program_html])
+        program_box.set_title(0, "the whole program: click a fused group to open its kernel")
+        program_box.selected_index = 0
         self.widget = w.VBox([w.HTML("<h4>Fused groups</h4>"), self.table_html, self.group_select,
-                              self.group_label, self.tabs, self.graph_html])
+                              self.group_label, self.tabs, self.graph_html, program_box])
         self.widget.add_class("rb-fusion-view")
 
     def _ipython_display_(self):

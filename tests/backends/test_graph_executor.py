@@ -629,3 +629,16 @@ def test_create_executor_graph_uses_the_pass_context_and_builds_once():
     x = np.ones((8, 16), "float32")
     np.testing.assert_allclose(run(x), np.tanh(np.tanh(np.tanh(x))), rtol=RTOL)
     assert rb.create_executor("graph", mod=mod).evaluate().graph_module.compile_stats.groups == 1
+
+
+def test_inputs_named_like_set_inputs_own_parameters():
+    """Inputs called ``name`` and ``value`` (ONNX models have them) are keywords like any other."""
+    mod = rb.parse('#[version = "0.0.5"]\n'
+                   'def @main(%name: Tensor[(2), float32], %value: Tensor[(2), float32]) '
+                   '{ subtract(%name, %value) }')
+    lib = rb.build(mod, target="llvm")
+    a, b = np.array([5.0, 1.0], "float32"), np.array([2.0, 4.0], "float32")
+    np.testing.assert_array_equal(lib.run(name=a, value=b), a - b)
+    lib.set_input("value", a)
+    lib.set_input(name=b)
+    np.testing.assert_array_equal(lib.run(), b - a)

@@ -78,7 +78,47 @@ def test_summary_and_table():
     head, rule, line = text.splitlines()
     assert "relaybench (interpreter) (ms)" in head and "relaybench (interpreter) vs PyTorch" in head
     cells = [c.strip() for c in line.strip("|").split("|")]
-    assert cells == ["DQN", "2", "4.00 ±10%", "2.00 ±10%", "8.00 ±10%", "2.00x", "0.50x"]
+    assert cells == ["DQN", "2", "4.00 ±10%", "2.00 ±10%", "8.00 ±10%", "2.00x", "0.50x", "4.00"]
+    assert "relaybench (interpreter) time / ONNX Runtime's" in head
+
+
+def test_layer_tables_set_convolutions_against_the_peak_and_dense_against_memory():
+    def kernel(group, rule, ms, gflops, fma):
+        return {"group": group, "rule": rule, "calls": 1, "ms_per_call": ms, "gflops": gflops,
+                "of_fma_peak": gflops / fma, "of_sgemm": 0.5}
+    row = {"label": "DQN", "threads": 1, "load": "0.10 0.20 0.30",
+           "peak": {"fma_gflops": 100.0, "sgemm_gflops": 80.0, "stream_gbs": 20.0,
+                    "cache_gbs": 40.0},
+           "kernels": [kernel("fused_conv", "conv2d_NCHWc", 2.0, 40.0, 100.0),
+                       kernel("fused_dense", "dense", 1.0, 2.5, 100.0)],
+           "kernels_tuned": [kernel("fused_conv", "conv2d_NCHWc", 1.0, 80.0, 100.0),
+                             kernel("fused_dense", "dense", 0.5, 5.0, 100.0)]}
+    text = vision.layer_tables(row)
+    assert "memory 20.0 GB/s, " in text and "(load 0.10 0.20 0.30)" in text
+    assert "| fused_conv | 1 | 2.000 | 1.000 | 40 | 80 | 80% |" in text
+    # a batch-1 dense layer reads 4 bytes per 2 flops: 5 GFLOP/s is 10 GB/s, half of 20
+    assert "| fused_dense | 1.000 | 0.500 | 5.0 | 10.0 | 50% | 25% |" in text
+    assert "40.0 GB/s streaming the largest dense weights' size" in text
+
+
+def test_the_tuned_engine_builds_with_the_log(tmp_path):
+    from relaybench import autotune
+    mod = rb.parse('''#[version = "0.0.5"]
+def @main(%x: Tensor[(1, 16, 8, 8), float32], %w: Tensor[(16, 16, 3, 3), float32]) {
+  nn.conv2d(%x, %w, padding=[1, 1, 1, 1], channels=16, kernel_size=[3, 3])
+}''')
+    w = np.random.default_rng(0).standard_normal((16, 16, 3, 3)).astype("float32")
+    (task,) = autotune.extract_tasks(mod, params={"w": w})
+    config = dict(task.space.default(), tile_ow=4, tile_oc=1)
+    log = tmp_path / "log.jsonl"
+    autotune.save_records(log, [autotune.Record(task.workload, config, [1e-5])])
+    engine = vision.relaybench_engine(mod, {"w": w}, threads=1, tuning_log=[log])
+    assert (engine.key, engine.label) == ("relaybench_tuned", "relaybench tuned")
+    assert engine.info["tuned_workloads"] == 1
+    data = np.random.default_rng(1).standard_normal((1, 16, 8, 8)).astype("float32")
+    ref = rb.create_executor("interpreter", mod=mod).evaluate()(data, w)
+    np.testing.assert_allclose(vision._first_output(engine.run(data)), np.asarray(ref),
+                               rtol=1e-4, atol=1e-4)
 
 
 def test_relaybench_engine_runs_the_model():

@@ -1,10 +1,17 @@
-"""Notebook 05 in a real JupyterLab, driven from headless Chromium as a reader would drive it.
+"""Notebooks 05, 06 and 08 in a real JupyterLab, driven from headless Chromium as a reader would
+drive them.
 
-JupyterLab runs on localhost from a temporary copy of ``notebooks/05_pass_explorer.ipynb``; Chromium
-(Debian's package at /usr/bin/chromium, which `make test` installs) opens it through Playwright, runs
-every cell from the "Run" menu, unticks FuseOps in the pass explorer and checks that the IR text and
-the graph the explorer shows both lose their fused groups. A screenshot of the page goes to
-``tests/browser/screenshots/pass_explorer.png``.
+JupyterLab runs on localhost from temporary copies of the notebooks; Chromium (Debian's package at
+/usr/bin/chromium, which `make test` installs) opens them through Playwright:
+
+* notebook 05: runs every cell from the "Run" menu, unticks FuseOps in the pass explorer and checks
+  that the IR text and the graph the explorer shows both lose their fused groups
+  (``screenshots/pass_explorer.png``);
+* notebook 08, as stored (outputs kept, nothing run): the composability figure is on the page, an
+  image that loaded (``screenshots/composability_figure.png``);
+* notebook 06: runs every cell; the graph of the fused program is there, and in the FusionView's
+  drawing of the whole program hovering a convolution shows its type in its tooltip, and a click
+  on a fused group opens that group's kernel (``screenshots/fusion_hover.png``).
 
 The test skips only when Chromium is missing (quoting why `make test` could not install it) or the
 ``playwright`` package is not importable.
@@ -63,12 +70,13 @@ def _tail(path: pathlib.Path, lines: int = 40) -> str:
         return f"(no server log: {exc})"
 
 
-def _copy_notebook(src: pathlib.Path, dest_dir: pathlib.Path) -> str:
-    """The notebook without its saved outputs (so every output the test sees comes from this run),
-    pinned to the ``python3`` kernel so JupyterLab asks no question."""
+def _copy_notebook(src: pathlib.Path, dest_dir: pathlib.Path, keep_outputs: bool = False) -> str:
+    """The notebook without its saved outputs (so every output the test sees comes from this run;
+    with ``keep_outputs``, as stored, what a reader sees before running anything), pinned to the
+    ``python3`` kernel so JupyterLab asks no question."""
     nb = json.loads(src.read_text())
     for cell in nb["cells"]:
-        if cell["cell_type"] == "code":
+        if cell["cell_type"] == "code" and not keep_outputs:
             cell["outputs"] = []
             cell["execution_count"] = None
     nb["metadata"].pop("widgets", None)
@@ -291,6 +299,147 @@ def test_pass_explorer_toggle_fuse_ops(lab, browser, request):
         except Exception:  # the page may be gone; the server log below still helps
             pass
         print(f"screenshot at failure: {failed}\nJupyterLab log ends:\n{_tail(server.log_path)}")
+        raise
+    finally:
+        context.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Notebooks 06 and 08: the figure, the graph, hovering a node, clicking a fused group
+
+FUSION = REPO / "notebooks" / "06_fusion.ipynb"
+COMPOSABILITY = REPO / "notebooks" / "08_composability.ipynb"
+
+# The text of the <title> (the tooltip) of the graph node under the mouse, or null.
+JS_HOVERED_TOOLTIP = """() => {
+    const hovered = [...document.querySelectorAll(':hover')];
+    const node = hovered.length ? hovered[hovered.length - 1].closest('g.node') : null;
+    const title = node ? node.querySelector('title') : null;
+    return title ? title.textContent : null;
+}"""
+# For the FusionView's program graph: the kernel the cluster with this id runs (read from the
+# page's call -> kernel table and the dropdown's options, as the click handler reads them).
+JS_KERNEL_OF_CLUSTER = """(id) => {
+    const box = document.querySelector('.rb-program-graph');
+    const k = parseInt(box.dataset.kernels.split(' ')[parseInt(id.slice(8))]);
+    const select = box.closest('.rb-fusion-view').querySelector('.rb-group-select select');
+    return select.options[k].value;
+}"""
+JS_SELECTED_KERNEL = """(name) => {
+    const view = document.querySelector('.rb-fusion-view');
+    const select = view.querySelector('.rb-group-select select');
+    const label = [...view.querySelectorAll('.widget-html-content b')].map(b => b.textContent);
+    return select.value === name && label.includes(name);
+}"""
+
+
+@pytest.fixture(scope="module")
+def workbench_lab(tmp_path_factory, chromium_path, sync_api):
+    for path in (FUSION, COMPOSABILITY):
+        if not path.is_file():
+            pytest.fail(f"{path.relative_to(REPO)} is missing (`make notebooks` writes it)")
+    root = tmp_path_factory.mktemp("lab-root-workbench")
+    home = tmp_path_factory.mktemp("lab-home-workbench")
+    names = {"fusion": _copy_notebook(FUSION, root),
+             "composability": _copy_notebook(COMPOSABILITY, root, keep_outputs=True)}
+    server = LabServer(root, home)
+    try:
+        server.wait_ready()
+        yield server, names
+    finally:
+        server.stop()
+
+
+def _open(page, server, name):
+    """Open ``name`` alone: a workspace of its own, reset (no tab of another test)."""
+    page.goto(f"{server.base}/lab/workspaces/{pathlib.Path(name).stem}/tree/{name}"
+              f"?reset&token={server.token}")
+    page.locator(".jp-Notebook .jp-Cell").first.wait_for()
+    page.wait_for_function(JS_KERNEL_IDLE)
+
+
+def _run_all(page, name):
+    page.locator("#jp-MainMenu").get_by_role("menuitem", name="Run", exact=True).click()
+    page.locator('.lm-Menu [data-command="runmenu:run-all"]').click()
+    outcome = page.wait_for_function(JS_ALL_RUN, timeout=300_000).json_value()
+    assert outcome == "done", f"running {name} failed: {outcome[:3000]}"
+
+
+def _failure_shot(page, server, stem):
+    failed = SCREENSHOTS / f"{stem}-failure.png"
+    try:
+        page.screenshot(path=str(failed), full_page=True)
+    except Exception:  # the page may be gone; the server log below still helps
+        pass
+    print(f"screenshot at failure: {failed}\nJupyterLab log ends:\n{_tail(server.log_path)}")
+
+
+def test_composability_notebook_shows_its_figure(workbench_lab, browser, request):
+    server, names = workbench_lab
+    context = browser.new_context(viewport={"width": 1440, "height": 1400})
+    page = context.new_page()
+    page.set_default_timeout(UI_TIMEOUT_MS)
+    SCREENSHOTS.mkdir(exist_ok=True)
+    shot = SCREENSHOTS / "composability_figure.png"
+    try:
+        _open(page, server, names["composability"])
+        # the stored notebook, nothing run: the cell that makes the figure shows it
+        cell = page.locator(".jp-CodeCell", has_text="figure = result.plot()")
+        assert cell.count() == 1
+        figure = cell.locator('.jp-OutputArea-output img[src^="data:image/png"]')
+        figure.wait_for()
+        size = figure.evaluate("img => [img.naturalWidth, img.naturalHeight]")
+        assert size[0] > 300 and size[1] > 150, f"the figure is {size[0]} x {size[1]} pixels"
+        page.keyboard.press("Control+b")
+        figure.scroll_into_view_if_needed()
+        page.screenshot(path=str(shot))
+        request.node.user_properties.append(("screenshot", str(shot)))
+    except Exception:
+        _failure_shot(page, server, "composability_figure")
+        raise
+    finally:
+        context.close()
+
+
+def test_fusion_notebook_graph_hover_and_click(workbench_lab, browser, request):
+    server, names = workbench_lab
+    context = browser.new_context(viewport={"width": 1440, "height": 1400})
+    page = context.new_page()
+    page.set_default_timeout(UI_TIMEOUT_MS)
+    SCREENSHOTS.mkdir(exist_ok=True)
+    shot = SCREENSHOTS / "fusion_hover.png"
+    try:
+        _open(page, server, names["fusion"])
+        _run_all(page, names["fusion"])
+        # the graph of the fused program (Graphviz's SVG, shown as an image)
+        graph = page.locator(".jp-CodeCell", has_text="graph = rb.viz.to_dot(optimized)")
+        assert graph.count() == 1
+        drawn = page.locator('.jp-OutputArea-output img[src^="data:image/svg+xml"]')
+        drawn.first.wait_for()
+        # the FusionView draws the whole program inline: hover a convolution
+        program = page.locator(".rb-fusion-view .rb-program-graph svg").first
+        program.wait_for()
+        conv = page.locator(".rb-program-graph g.node").filter(
+            has=page.locator("title", has_text="nn.conv2d (n")).first
+        conv.scroll_into_view_if_needed()
+        conv.hover()
+        tooltip = page.evaluate(JS_HOVERED_TOOLTIP)
+        assert tooltip is not None, "no graph node under the mouse"
+        assert tooltip.startswith("nn.conv2d (n") and "\ntype: Tensor[(1, " in tooltip, tooltip[:500]
+        assert "relay: %n" in tooltip and "- data_layout=" in tooltip
+        page.keyboard.press("Control+b")
+        conv.hover()
+        page.screenshot(path=str(shot))
+        request.node.user_properties.append(("screenshot", str(shot)))
+        # a click on a fused group's label opens its kernel: the dropdown and the group's line
+        # follow, through the kernel
+        cluster = page.locator(".rb-program-graph g.cluster").last
+        wanted = page.evaluate(JS_KERNEL_OF_CLUSTER, cluster.get_attribute("id"))
+        # (dispatched on the label: the edges drawn over a cluster would take a pointer's click)
+        cluster.locator("text").first.dispatch_event("click")
+        page.wait_for_function(JS_SELECTED_KERNEL, arg=wanted)
+    except Exception:
+        _failure_shot(page, server, "fusion_hover")
         raise
     finally:
         context.close()

@@ -109,3 +109,19 @@ def test_tolerance_grows_with_reduction_work():
 def test_normalize_message():
     assert normalize_message("fused_nn_conv2d_add_1: index -3 of Tensor[(1, 2), float32] %x_7\n"
                              "more") == "fused_...: index N of Tensor[(...), float32] %v"
+
+
+def test_a_device_without_the_programs_dtype_skips_it():
+    """OpenCL on a device without cl_khr_fp16 (PoCL's CPU device has none): a float16 program
+    is skipped there, not counted as a crash; the CPU configurations still run it."""
+    pytest.importorskip("pyopencl")
+    from relaybench.backends.opencl import get_device
+    if get_device("opencl").features.fp16:
+        pytest.skip("this OpenCL device has cl_khr_fp16")
+    mod = rb.parse('#[version = "0.0.5"]\n'
+                   'def @main(%x_0: Tensor[(3), float32]) { cast(%x_0, dtype="float16") }')
+    report = run_differential(mod, configs=["opencl-O3", "graph-O3"])
+    opencl, graph = report.outcomes
+    assert opencl.status == "skipped" and "cl_khr_fp16" in opencl.detail
+    assert opencl.failure_class() is None
+    assert graph.status == "ok" and report.ok

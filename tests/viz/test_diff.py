@@ -35,7 +35,7 @@ def test_fold_constant_removes_an_add_and_two_constants():
     assert isinstance(d, Diff) and d.changed
     assert names(d.removed) == Counter({"add": 1, "const": 2})
     assert names(d.added) == Counter({"const": 1})
-    assert [n.label for n in d.added] == ["const (2)"]
+    assert [n.label for n in d.added] == ["const (2) float32"]
     # the folded constant holds 1 + 2
     np.testing.assert_array_equal(d.added[0].expr.data, np.full(2, 3, "float32"))
     # text: the line computing %0 and the outer add become one add; two metadata constants become one
@@ -161,10 +161,10 @@ def test_graph_highlights_added_and_ghosts_removed():
     source = d.graph().source
     # after: %x, the folded constant, add; the constant is the added node
     assert re.findall(r"^\s*(n\d+) \[", source, re.M) == ["n0", "n1", "n2"]
-    assert re.search(r'n1 \[label="const \(2\)".*color="#2e7d32"', source)
+    assert re.search(r'n1 \[label="const \(2\) float32".*color="#2e7d32"', source)
     assert not re.search(r'n[02] \[.*#2e7d32', source)
     ghosts = re.findall(r'^\s*(r\d+) \[label=(?:"([^"]*)"|(\S+))', source, re.M)
-    assert sorted(quoted or plain for _, quoted, plain in ghosts) == ["add", "const (2)", "const (2)"]
+    assert sorted(quoted or plain for _, quoted, plain in ghosts) == ["add", "const (2) float32", "const (2) float32"]
     # ghost edges: the two old constants into the old add, the old add into the kept add (n2)
     ghost_edges = re.findall(r"^\s*(\w+) -> (\w+) \[color=\"#c62828\" style=dashed\]", source, re.M)
     assert len(ghost_edges) == 3 and ghost_edges[-1][1] == "n2"

@@ -1,6 +1,8 @@
 """to_dot and render_svg: facts about the drawn graph checked against the program, counted by hand
 or by a plain walk over the IR."""
 
+import functools
+import html as _html
 import re
 import sys
 import time
@@ -43,7 +45,7 @@ def edges_of(g):
         m = EDGE.match(line)
         if m:
             label = re.search(r'label="([^"]*)"', m.group(3) or "")
-            out.append((m.group(1), m.group(2), label.group(1) if label else None))
+            out.append((m.group(1), m.group(2), label.group(1).strip() if label else None))
     return out
 
 
@@ -67,13 +69,16 @@ def @main(%x: Tensor[(1, 3, 8, 8), float32], %w: Tensor[(4, 3, 3, 3), float32]) 
 }"""
 
 
+X, W = "%x\\n(1, 3, 8, 8) float32", "%w\\n(4, 3, 3, 3) float32"
+
+
 def test_conv_program_nodes_labels_and_colors():
     g = to_dot(parse(CONV))
     assert isinstance(g, graphviz.Digraph)
     nodes = by_label(g)
     # 2 parameters, 1 scalar constant, 8 calls; only attributes that differ from the defaults show
     assert len(nodes_of(g)) == 11
-    assert set(nodes) == {"%x", "%w", "const ()", "nn.conv2d\\n3x3 s2 p1", "add", "nn.relu", "sum\\naxis=[1]",
+    assert set(nodes) == {X, W, "const () float32", "nn.conv2d\\n3x3 s2 p1", "add", "nn.relu", "sum\\naxis=[1]",
                           "reshape\\nnewshape=[16]", "expand_dims",
                           "ones\\nshape=[5,16]", "nn.dense\\nunits=5"}
     colors = {label: re.search(r'fillcolor="([^"]*)"', a).group(1) for label, (_, a) in nodes.items()
@@ -87,14 +92,16 @@ def test_conv_program_nodes_labels_and_colors():
     assert len(set(PATTERN_COLORS[k] for k in (OpPattern.ELEMWISE, OpPattern.BROADCAST, OpPattern.INJECTIVE,
                                                 OpPattern.COMM_REDUCE, OpPattern.OUT_ELEMWISE_FUSABLE,
                                                 OpPattern.OPAQUE))) == 6
-    # parameters and constants are plain text; the constant shows its shape, not its value 1
-    for label in ("%x", "%w", "const ()"):
+    # parameters and constants are plain text showing their types (a constant its shape and
+    # dtype, not its value 1), so the edges leaving them go unlabelled
+    for label in (X, W, "const () float32"):
         assert "shape=plaintext" in nodes[label][1]
     # edges carry the shapes computed by hand: conv 8x8, 3x3, stride 2, pad 1 -> 4x4
     ids = {label: n for label, (n, _) in nodes.items()}
     edges = {(a, b): lab for a, b, lab in edges_of(g)}
-    assert edges[(ids["%x"], ids["nn.conv2d\\n3x3 s2 p1"])] == "(1, 3, 8, 8) float32"
-    assert edges[(ids["%w"], ids["nn.conv2d\\n3x3 s2 p1"])] == "(4, 3, 3, 3) float32"
+    assert edges[(ids[X], ids["nn.conv2d\\n3x3 s2 p1"])] is None
+    assert edges[(ids[W], ids["nn.conv2d\\n3x3 s2 p1"])] is None
+    assert edges[(ids["const () float32"], ids["add"])] is None
     assert edges[(ids["nn.conv2d\\n3x3 s2 p1"], ids["add"])] == "(1, 4, 4, 4) float32"
     assert edges[(ids["nn.relu"], ids["sum\\naxis=[1]"])] == "(1, 4, 4, 4) float32"
     assert edges[(ids["sum\\naxis=[1]"], ids["reshape\\nnewshape=[16]"])] == "(1, 4, 4) float32"
@@ -112,9 +119,9 @@ def test_untyped_function_and_expression_are_inferred():
     x = var("x", shape=(2, 3))
     y = rb.op.nn.relu(x)
     g = to_dot(Function([x], y))
-    assert edges_of(g) == [("n0", "n1", "(2, 3) float32")]
+    assert edges_of(g) == [("n0", "n1", None)] and label_of(nodes_of(g)["n0"]) == "%x\\n(2, 3) float32"
     g2 = to_dot(y)  # a bare expression: its free variable becomes the parameter
-    assert edges_of(g2) == [("n0", "n1", "(2, 3) float32")]
+    assert edges_of(g2) == [("n0", "n1", None)] and label_of(nodes_of(g2)["n0"]) == "%x\\n(2, 3) float32"
 
 
 def test_layouts_and_layout_transform_highlighted():
@@ -143,7 +150,7 @@ def test_constant_shows_shape_not_values():
     x = var("x", shape=(2, 3))
     c = rb.const(np.full((2, 3), 3.25, "float32"))
     g = to_dot(Function([x], x * c))
-    assert "const (2, 3)" in by_label(g)
+    assert "const (2, 3) float32" in by_label(g)
     assert "3.25" not in g.source
 
 
@@ -158,7 +165,7 @@ def @main(%x: Tensor[(2, 6), float32]) {
 }""")
     g = to_dot(mod)
     labels = sorted(label_of(a) for a in nodes_of(g).values())
-    assert labels == sorted(["%x", "split\\nindices_or_sections=2 axis=1", ".0", ".1", "add", "tuple",
+    assert labels == sorted(["%x\\n(2, 6) float32", "split\\nindices_or_sections=2 axis=1", ".0", ".1", "add", "tuple",
                              "concatenate\\naxis=1"])
     small = [a for a in nodes_of(g).values() if label_of(a) in (".0", ".1", "tuple")]
     assert all("fontsize=8" in a for a in small)
@@ -275,7 +282,7 @@ def test_chain_of_20000_ops_without_recursion():
     assert len(nodes) == 20001
     assert len(edges_of(g)) == 20000
     assert sum(label_of(a) == "nn.relu" for a in nodes.values()) == 10000
-    assert source.endswith('n19999 -> n20000 [label="(4) float32"]\n}\n')
+    assert source.endswith('n19999 -> n20000 [label=" (4) float32 "]\n}\n')
 
 
 @pytest.mark.slow
@@ -322,7 +329,7 @@ def edge_attrs_of(g):
         m = EDGE.match(line)
         if m:
             attrs = dict(re.findall(r'(\w+)=("[^"]*"|\S+)', m.group(3) or ""))
-            attrs = {k: v.strip('"') for k, v in attrs.items()}
+            attrs = {k: v.strip('"').strip() for k, v in attrs.items()}
             out.append((first[m.group(1)], first[m.group(2)], attrs))
     return out
 
@@ -330,7 +337,7 @@ def edge_attrs_of(g):
 def expected_uses(mod):
     """Each use of a value by a call of ``@main`` as (producer, consumer op, dtype), from a walk
     over the type-checked IR: the producer named as the drawing names it (``%x``, ``const
-    (shape)``, the operator)."""
+    (shape) dtype``, the operator)."""
     main = rb.passes.InferType()(mod)["main"]
     uses = []
     for e in post_order(main.body):
@@ -340,7 +347,7 @@ def expected_uses(mod):
             if isinstance(a, Var):
                 name = "%" + a.name_hint
             elif isinstance(a, Constant):
-                name = "const (" + ", ".join(str(d) for d in a.data.shape) + ")"
+                name = "const (" + ", ".join(str(d) for d in a.data.shape) + ") " + a.data.dtype.name
             else:
                 name = a.op.name
             uses.append((name, e.op.name, a.checked_type.dtype))
@@ -369,7 +376,7 @@ def test_quantized_conv_edges_are_colored_by_the_inferred_dtype(accumulator):
     # the realized program by hand: the data and the weight enter the conv2d as int8, its
     # accumulator leaves it as int32 (int16), everything else is float32
     assert sorted((p, c) for p, c, d in uses if d == "int8") == [("cast", "nn.conv2d"),
-                                                                  ("const (4, 3, 3, 3)", "nn.conv2d")]
+                                                                  ("const (4, 3, 3, 3) int8", "nn.conv2d")]
     assert [(p, c) for p, c, d in uses if d == accumulator] == [("nn.conv2d", "cast")]
     assert {d for p, c, d in uses} == {"int8", accumulator, "float32"}
     color = {"int8": DTYPE_COLORS["int8"][0], accumulator: DTYPE_COLORS[accumulator][0], "float32": None}
@@ -383,7 +390,9 @@ def test_quantized_conv_edges_are_colored_by_the_inferred_dtype(accumulator):
         if a.get("color") is not None:
             assert a["fontcolor"] == a["color"] and float(a["penwidth"]) > 1
         else:
-            assert "fontcolor" not in a and "penwidth" not in a and a["label"].endswith("float32")
+            assert "fontcolor" not in a and "penwidth" not in a and a.get("label", "float32").endswith("float32")
+        # a parameter's or a constant's edge goes unlabelled: its node says the type
+        assert ("label" in a) == (not (p.startswith("%") or p.startswith("const")))
 
 
 def test_edge_colors_by_dtype_class():
@@ -400,8 +409,10 @@ def @main(%x: Tensor[(2, 2), float32]) {
   %7 = cast(%6, dtype="float64");
   cast(%7, dtype="float32")
 }""")
-    drawn = {a["label"].split(" ")[-1]: a.get("color") for _, _, a in edge_attrs_of(to_dot(program))}
-    assert drawn == {"float32": None, "uint8": DTYPE_COLORS["int8"][0], "bfloat16": DTYPE_COLORS["float16"][0],
+    edges = edge_attrs_of(to_dot(program))
+    assert edges[0][0] == "%x" and edges[0][2] == {}      # the input's float32: its node says it
+    drawn = {a["label"].split(" ")[-1]: a.get("color") for t, _, a in edges if not t.startswith(("%", "const"))}
+    assert drawn == {"uint8": DTYPE_COLORS["int8"][0], "bfloat16": DTYPE_COLORS["float16"][0],
                      "float16": DTYPE_COLORS["float16"][0], "int64": None, "uint16": DTYPE_COLORS["int16"][0],
                      "uint32": DTYPE_COLORS["int32"][0], "bool": None, "float64": None}
     assert dtype_class(TupleType([TensorType((2,), "int8"), TensorType((3,), "uint8")])) == "int8"
@@ -419,7 +430,9 @@ def test_quantized_program_renders_its_int8_edges():
     int32 = [e for e in edges if f'stroke="{DTYPE_COLORS["int32"][0]}"' in e]
     assert len(edges) == len(expected_uses(qmod))
     assert len(int8) == 2 and len(int32) == 1
-    assert all("int8" in e for e in int8) and "int32" in int32[0]
+    # the cast's int8 edge is labelled; the weight's edge is not: its node says int8
+    assert sum("int8 </text>" in e for e in int8) == 1 and "int32" in int32[0]
+    assert "const (4, 3, 3, 3) int8</text>" in svg
 
 
 def test_fused_quantized_program_keeps_the_colors():
@@ -428,5 +441,144 @@ def test_fused_quantized_program_keeps_the_colors():
     drawn = edge_attrs_of(to_dot(fused))
     int8 = [(p, c) for p, c, a in drawn if a.get("color") == DTYPE_COLORS["int8"][0]]
     # inside the conv2d's group the parameters are the int8 values; the weight enters as int8
-    assert ("cast", "nn.conv2d") in int8 and ("const (4, 3, 3, 3)", "nn.conv2d") in int8
-    assert all(a["label"].endswith("int8") for p, c, a in drawn if a.get("color") == DTYPE_COLORS["int8"][0])
+    assert ("cast", "nn.conv2d") in int8 and ("const (4, 3, 3, 3) int8", "nn.conv2d") in int8
+    assert all(a.get("label", "int8").endswith("int8") for p, c, a in drawn
+               if a.get("color") == DTYPE_COLORS["int8"][0])
+
+
+# ---------------------------------------------------------------------------------------------
+# Readable labels on every model of the zoo
+
+SVG_TEXT = re.compile(r'<text[^>]*?text-anchor="(\w+)" x="([-\d.]+)" y="([-\d.]+)"[^>]*?'
+                      r'font-size="([\d.]+)"[^>]*>([^<]*)</text>')
+
+
+@functools.lru_cache(maxsize=None)
+def _dejavu():
+    ft2font = pytest.importorskip("matplotlib.ft2font")
+    from matplotlib import font_manager
+    return ft2font.FT2Font(font_manager.findfont("DejaVu Sans", fallback_to_default=False))
+
+
+@functools.lru_cache(maxsize=None)
+def text_width(text, size):
+    """The width in points of ``text`` drawn in DejaVu Sans at ``size`` points, measured with
+    FreeType (the font matplotlib ships): what a browser on Linux draws a drawing's labels in."""
+    font = _dejavu()
+    font.set_size(size, 72)
+    font.set_text(text, 0.0)
+    return font.get_width_height()[0] / 64.0
+
+
+def text_boxes(svg):
+    """(element class, text, x0, y0, x1, y1) of every text of an SVG drawn by Graphviz: its
+    width as DejaVu Sans draws it, its height the font size."""
+    boxes = []
+    for part in re.split(r'(?=<g id="[^"]*" class="(?:node|edge|cluster)")', svg):
+        kind = re.match(r'<g id="[^"]*" class="(\w+)"', part)
+        for m in SVG_TEXT.finditer(part):
+            anchor, x, y, size, text = m.groups()
+            x, y, size = float(x), float(y), float(size)
+            text = _html.unescape(text).strip()   # the glyphs drawn (labels are padded with spaces)
+            width = text_width(text, size)
+            x0 = {"middle": x - width / 2, "end": x - width}.get(anchor, x)
+            boxes.append((kind.group(1) if kind else "", text, x0, y - 0.8 * size, x0 + width, y + 0.2 * size))
+    return boxes
+
+
+#: the least room between two texts side by side, in points, for them to read as two
+GAP = 2.0
+
+
+def colliding_edge_labels(svg):
+    """The pairs of texts closer than :data:`GAP` side by side (or overlapping) where one of them
+    labels an edge."""
+    boxes = sorted(text_boxes(svg), key=lambda b: b[3])    # top to bottom: a sweep over y
+    found = []
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            if b[3] >= a[5]:
+                break                                          # every later box starts below a
+            if "edge" in (a[0], b[0]) and a[2] < b[4] + GAP and b[2] < a[4] + GAP:
+                found.append((a[1], b[1]))
+    return found
+
+
+def test_text_boxes_find_the_collision_of_two_labels_side_by_side():
+    # two labels centered 40 points apart, each about 85 wide at 9 points: they overlap
+    assert 80 < text_width("(1, 3, 8, 8) float32", 9.0) < 90
+    svg = ('<g id="edge1" class="edge"><text text-anchor="middle" x="100" y="50" font-size="9.00">'
+           '(1, 3, 8, 8) float32</text></g><g id="edge2" class="edge"><text text-anchor="middle" '
+           'x="140" y="50" font-size="9.00">(4, 3, 3, 3) float32</text></g>')
+    assert colliding_edge_labels(svg) == [("(1, 3, 8, 8) float32", "(4, 3, 3, 3) float32")]
+    assert colliding_edge_labels(svg.replace('x="140"', 'x="200"')) == []
+
+
+def _zoo_model(name):
+    import inspect
+    fn = getattr(rb.models, name)
+    kwargs = {"image_shape": (3, 64, 64)} if "image_shape" in inspect.signature(fn).parameters else {}
+    mod, params = rb.models.get(name, **kwargs)
+    return rb.passes.optimize(rb.passes.bind_params(mod, params) if params else mod, 3)
+
+
+@pytest.mark.parametrize("name", rb.models.list_models())
+def test_zoo_labels_are_readable(name):
+    """Every zoo model, optimized (fused, layouts altered): a parameter or constant shows its
+    shape and dtype on its own node and its edges carry no label, every node has a tooltip with
+    its type, and in the drawn SVG no edge label overlaps another text."""
+    fused = _zoo_model(name)
+    g = to_dot(fused)
+    nodes = nodes_of(g)
+    own = {n for n, a in nodes.items() if "shape=plaintext" in a}   # parameters and constants
+    assert own, name
+    main = fused["main"]
+    consts = [c for c in post_order(main) if isinstance(c, Constant)]
+    const_labels = [label_of(a) for n, a in nodes.items() if label_of(a).startswith("const ")]
+    assert sorted(const_labels) == sorted(
+        "const (" + ", ".join(str(d) for d in c.data.shape) + f") {c.data.dtype.name}" for c in consts)
+    for tail, head, label in edges_of(g):
+        assert (label is None) == (tail in own), (name, tail, head, label)
+    assert all(re.search(r'tooltip="[^"]*\\ntype: ', a) for a in nodes.values()), name
+    assert colliding_edge_labels(render_svg(g)) == [], name
+
+
+# ---------------------------------------------------------------------------------------------
+# Hover: every node's tooltip in the SVG
+
+
+def test_hover_shows_type_attrs_and_relay_text():
+    from relaybench.ir.types import type_str
+    mod = rb.passes.InferType()(parse(CONV))
+    svg = render_svg(to_dot(mod))
+    titles = [_html.unescape(t) for t in re.findall(r'<g id="node\d+" class="node">\s*<title>([^<]*)</title>', svg)]
+    assert len(titles) == len(nodes_of(to_dot(mod))) == 11
+    conv = next(t for t in titles if t.startswith("nn.conv2d"))
+    call = next(n for n in post_order(mod["main"]) if isinstance(n, Call) and n.op.name == "nn.conv2d")
+    lines = conv.split("\n")
+    assert lines[1] == f"type: {type_str(call.checked_type)}" == "type: Tensor[(1, 4, 4, 4), float32]"
+    assert "- data_layout=\"NCHW\"" in lines and "- groups=1" in lines   # every attribute, defaults too
+    assert lines[-2] == ("relay: %n2 = nn.conv2d(%x, %w, strides=[2, 2], padding=[1, 1, 1, 1]) "
+                         "/* ty=Tensor[(1, 4, 4, 4), float32] */")
+    assert lines[-1] == "source: line 4:8"   # the header, a blank line, the def, then the conv2d
+    x = next(t for t in titles if t.startswith("%x"))
+    assert "type: Tensor[(1, 3, 8, 8), float32]" in x
+    # inline in a notebook's HTML, so that JupyterLab hovers the nodes: the same SVG
+    page = to_dot(mod).inline()._repr_html_()
+    assert page.startswith('<div class="rb-graph-view"') and svg in page
+
+
+def test_fused_groups_have_ids_and_tooltips():
+    fused = rb.passes.FuseOps()(rb.passes.InferType()(parse(CONV)))
+    svg = render_svg(to_dot(fused))
+    ids = [(i, _html.unescape(t)) for i, t in
+           re.findall(r'<g id="(rb_call_\d+)" class="cluster">\s*<title>([^<]*)</title>', svg)]
+    assert [i for i, _ in ids] == [f"rb_call_{k}" for k in range(5)]
+    assert ids[0][1].startswith("fused_nn_conv2d_add_nn_relu (out-elemwise-fusable)")
+    assert "ops: nn.conv2d, add, nn.relu" in ids[0][1]
+    # a compiled module: each group's tooltip names the kernel that runs it
+    gm = rb.build(parse(CONV), opt_level=3)
+    titles = [_html.unescape(t) for t in re.findall(r'class="cluster">\s*<title>([^<]*)</title>',
+                                                    render_svg(to_dot(gm)))]
+    assert len(titles) == len(gm.graph.nodes)
+    assert all(f"kernel: {n.kernel.name}" in t for n, t in zip(gm.graph.nodes, titles))

@@ -335,3 +335,30 @@ def test_a_pipeline_of_my_own(model):
     # bias_add became expand_dims + add; fuse_opt_level=0 puts each of the five operators alone
     assert explorer.final_text.count("Primitive=1") == 5
     assert "nn.bias_add" not in explorer.final_text
+
+
+def test_fusion_view_click_on_a_group_opens_its_kernel():
+    import html as _html
+    import re
+    x = rb.var("x", shape=(1, 4, 8, 8))
+    w = rb.var("w", shape=(4, 4, 3, 3))
+    y = op.nn.relu(op.nn.conv2d(x, w, padding=(1, 1)))
+    y = op.nn.max_pool2d(y, pool_size=(2, 2), strides=(2, 2))
+    y = op.tanh(op.reshape(y, newshape=(1, 64)))
+    view = rb.viz.FusionView(rb.build(rb.Function([x, w], y)), profile=False)
+    nodes = view.module.graph.nodes
+    assert len(nodes) >= 2
+    page = view.program_html.value
+    # every call is a cluster with its position as id, and the page maps each to its kernel
+    ids = re.findall(r'<g id="rb_call_(\d+)" class="cluster">', page)
+    assert [int(i) for i in ids] == list(range(len(nodes)))
+    kernels = re.search(r'data-kernels="([^"]*)"', page).group(1).split()
+    assert [view.kernels[int(k)].name for k in kernels] == [n.kernel.name for n in nodes]
+    assert "onclick=" in page and "rb-group-select" in page
+    for position in reversed(range(len(nodes))):
+        view.click(position)
+        assert view.selected == nodes[position].kernel.name
+        assert _html.escape(nodes[position].kernel.name) in view.group_label.value
+        assert view.current_source("loops") == nodes[position].kernel.source("loops")
+    with pytest.raises(IndexError, match="call 99"):
+        view.click(99)

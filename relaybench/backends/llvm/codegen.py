@@ -555,6 +555,7 @@ class _FunctionBuilder:
         self.b = ir.IRBuilder(start)
         self.pointers = dict(zip(params, self.fn.args))
         self.env: dict = {}
+        self._bind_sizes(func)
         self.ranges: dict = {}  # variable -> (lo, hi), for proving loads in bounds
         self.speculative = 0  # > 0 while computing a side of a select that may not be chosen
         self.exact = _exact_values(self.body)  # float values never contracted into an FMA
@@ -572,6 +573,22 @@ class _FunctionBuilder:
 
     def where(self) -> str:
         return f"kernel {self.func.name}"
+
+    def _bind_sizes(self, func) -> None:
+        """The size variables of a kernel for symbolic shapes (:class:`~L.SizeVar`), read from
+        its last parameter, the int64 buffer ``sizes``, at the entry."""
+        sizes = L.size_vars_of(func.params)
+        if not sizes:
+            return
+        last = func.params[-1]
+        if last.name != "sizes" or last.dtype != "int64" or last.shape != (len(sizes),):
+            raise CompileError(f"{self.where()}: its shapes hold {', '.join(v.name for v in sizes)}"
+                               " but its last parameter is not the int64 buffer sizes")
+        pointer = self.pointers[last]
+        for k, var in enumerate(sizes):
+            address = self.entry_builder.gep(pointer, [self.ir.Constant(self.i64, k)],
+                                             inbounds=True)
+            self.env[var] = self.entry_builder.load(address, align=8)
 
     def build(self):
         if self.parallel_loop is not None:
@@ -826,6 +843,10 @@ class _FunctionBuilder:
             if _is_float(source):
                 return b.fcmp_unordered("!=", x, self.ir.Constant(x.type, 0.0))
             return b.icmp_signed("!=", x, self.ir.Constant(x.type, 0))
+        if source == "float64" and target == "float16":
+            # x86 has no instruction for it, and LLVM's library call is not linked into the JIT:
+            # through float32 rounded to odd, which then rounds to half exactly as one rounding
+            return b.fptrunc(self._to_float32_round_to_odd(x), to)
         if _is_float(source) and _is_float(target):
             width = np.dtype(source).itemsize, np.dtype(target).itemsize
             return b.fpext(x, to) if width[1] > width[0] else b.fptrunc(x, to)
@@ -839,6 +860,34 @@ class _FunctionBuilder:
         if width < source_width:
             return b.trunc(x, to)
         return b.zext(x, to) if _is_unsigned(source) else b.sext(x, to)
+
+    def _to_float32_round_to_odd(self, x):
+        """A float64 (vector) as float32 rounded to odd: truncated toward zero and, when that
+        dropped anything, its last bit set. A float32 rounded to odd rounds on to any format of
+        at most 22 bits of precision exactly as ``x`` would directly (float16 has 11), where
+        round-to-nearest twice can land on the other side of a tie."""
+        ir, b = self.ir, self.b
+        lanes = _lanes(x)
+
+        def typed(element):
+            return element if lanes is None else ir.VectorType(element, lanes)
+
+        def const(value, of_type):
+            c = ir.Constant(of_type, value)
+            return c if lanes is None else self.splat(c, lanes)
+
+        f = b.fptrunc(x, typed(ir.FloatType()))
+        back = b.fpext(f, x.type)
+        inexact = b.fcmp_ordered("!=", back, x)
+        zero = const(0.0, ir.DoubleType())
+        # rounded away from zero: step the magnitude back by one unit (sign and magnitude bits)
+        away = b.select(b.fcmp_ordered(">", x, zero), b.fcmp_ordered(">", back, x),
+                        b.fcmp_ordered("<", back, x))
+        i32 = typed(ir.IntType(32))
+        bits = b.bitcast(f, i32)
+        toward_zero = b.select(away, b.sub(bits, const(1, ir.IntType(32))), bits)
+        odd = b.or_(toward_zero, const(1, ir.IntType(32)))
+        return b.bitcast(b.select(inexact, odd, bits), typed(ir.FloatType()))
 
     def _float_to_int(self, x, target: str):
         """A float converted to the integer ``target`` as numpy converts on x86, where LLVM's
@@ -894,8 +943,16 @@ class _FunctionBuilder:
         if len(values) > 1:
             for value, extent in zip(values[1:], buffer.shape[1:]):
                 flat, value = self.match(flat, value)
-                flat = self.b.add(self.b.mul(flat, self.ir.Constant(flat.type, extent)), value)
+                flat = self.b.add(self.b.mul(flat, self._extent(extent, flat)), value)
         return flat
+
+    def _extent(self, extent, like):
+        """A buffer's extent as an i64 value shaped like ``like``: a constant, or the value of
+        its expression of the kernel's size variables (read at the entry)."""
+        if isinstance(extent, int):
+            return self.ir.Constant(like.type, extent)
+        value = self.expr(extent)
+        return self.match(value, like)[0]
 
     def _address(self, buffer, indices):
         pointer = self._pointer(buffer)
@@ -926,6 +983,8 @@ class _FunctionBuilder:
         else:
             extents = buffer.shape
         for index, extent in zip(indices, extents):
+            if not isinstance(extent, int):   # a symbolic extent: nothing is proven
+                return False
             known = value_range(index, self.ranges)
             if known is None or known[0] < 0 or known[1] >= extent:
                 return False
@@ -937,7 +996,9 @@ class _FunctionBuilder:
         ir, b = self.ir, self.b
         offset = self.freeze(self._offset(buffer, indices))
         low = ir.Constant(self.i64, 0)
-        high = ir.Constant(self.i64, buffer.size - 1)
+        size = buffer.size
+        high = ir.Constant(self.i64, size - 1) if isinstance(size, int) else \
+            self.convert(self.expr(size - 1), "int64", "int64")
         if _lanes(offset) is not None:
             low, high = self.splat(low, _lanes(offset)), self.splat(high, _lanes(offset))
         offset = b.select(b.icmp_signed("<", offset, low), low, offset)
@@ -1528,7 +1589,9 @@ def build_kernel(func: L.PrimFunc, parallel: bool = True, *,
                 f"int8={builders[0].int8_path}\n{loops_text}")
     compiled = compile_module(module, key=key_text, name=func.name, cache=cache)
     stored = _stored_buffers(func.body)
-    specs = [TensorSpec(b.name, b.shape, b.dtype, output=b in stored) for b in func.params]
+    # a symbolic extent accepts any size here; the caller checks it against the sizes it passes
+    specs = [TensorSpec(b.name, tuple(d if isinstance(d, int) else None for d in b.shape), b.dtype,
+                        output=b in stored) for b in func.params]
     runs = []
     for builder in builders:
         extent = None

@@ -355,7 +355,9 @@ class JIT:
         ``name`` names the module in error messages. Raises :class:`CompileError` when LLVM
         rejects the IR.
         """
-        text = str(module)
+        # printing a module is a large part of a build whose kernels are all cached: with a
+        # key, the text is made only when the module must be compiled
+        text = str(module) if key is None else None
         digest = cache_key(text if key is None else key, self.target.identity)
         with self.lock:
             known = self._loaded.get(digest)
@@ -366,7 +368,7 @@ class JIT:
             entry = self.cache.load(digest) if cache else None
             origin = "disk"
             if entry is None:
-                entry = self._compile(text, digest, name)
+                entry = self._compile(str(module) if text is None else text, digest, name)
                 origin = "compiled"
                 if cache:
                     self.cache.store(digest, entry)

@@ -47,6 +47,15 @@ reduction not a multiple of 4) keep the rules above with widening multiplies.
     (vectorized) when it divides, the axis above kept as a row loop, the rest fused into one
     parallel loop.
 
+**Knobs.** The ``conv2d_NCHWc`` (and ``depthwise_conv2d_NCHWc``) and float ``dense`` rules
+read their decisions from a config (:data:`TEMPLATES`, :func:`space_of`): the register tile's
+columns and channel blocks, the order of the reduce loops (channel blocks outside or inside the
+window), unrolling the window's columns, the parallel axis; the dense partial sums' width (one
+register or several independent accumulators) and the reduction's unrolling. A call's
+:func:`workload_of` (op, shapes, dtypes, layout attributes) is looked up in the active tuning
+context (:mod:`relaybench.autotune`: ``apply_history_best``); untuned, each knob takes the
+hand-picked value described above, so an untuned build compiles the same loops as always.
+
 **Legalize.** On the vnni path, int8 x int8 convolutions and dense layers are rewritten to
 uint8 data (``+ 128``) minus ``128 x`` the weights' sums (:func:`legalize_int8_conv2d`), so the
 kernels use ``vpdpbusd`` directly.
@@ -81,7 +90,8 @@ from ...op.registry import register_alter_op_layout, register_legalize
 from ...passes.alter_op_layout import x86_conv2d_layouts
 from ...te.tensor import ComputeOp
 
-__all__ = ["compute", "schedule", "VECTOR_BYTES", "PARALLEL_MIN_WORK"]
+__all__ = ["compute", "schedule", "VECTOR_BYTES", "PARALLEL_MIN_WORK", "TEMPLATES",
+           "workload_of", "space_of", "tuning_config"]
 
 # The layout policy of this target: AlterOpLayout on llvm blocks NCHW convolutions for these
 # schedules (``conv2d_NCHWc``). Registered at level 0, the library's own level, which no scope
@@ -369,12 +379,14 @@ def dense_int8_compute(inputs, attrs, out_type):
     return te.compute(shape, lambda *i: te.sum(partial[i + (ki,)], axis=[ki]), name="dense")
 
 
-def dense_compute(inputs, attrs, out_type):
-    """dense as 16-lane partial sums over the reduction, then their sum."""
+def dense_compute(inputs, attrs, out_type, width: int | None = None):
+    """dense as ``width``-lane partial sums over the reduction (default: one register's lanes),
+    then their sum. A width of several registers keeps several independent accumulators, so the
+    additions of one are not waiting for the previous one's."""
     x, w = inputs
     dt = out_type.dtype
     k_total = x.shape[-1]
-    width = lanes(dt)
+    width = width or lanes(dt)
     if k_total % width or k_total < 2 * width:
         return None
     shape = shape_of(out_type)
@@ -401,16 +413,118 @@ def compute(call, target):
         return depthwise_conv2d_nchwc_compute
     if call.op.name == "nn.dense":
         int8 = _int8_dot(call)
+        _, config = tuning_config(call)
 
         def dense(inputs, attrs, out_type):
             out = None
             if int8:
                 out = dense_int8_compute(inputs, attrs, out_type)
             if out is None:
-                out = dense_compute(inputs, attrs, out_type)
+                out = dense_compute(inputs, attrs, out_type,
+                                    width=config["width"] if config else None)
             return out if out is not None else call.op.opdef.compute(inputs, attrs, out_type)
         return dense
     return None
+
+
+# ------------------------------------------------------------------------------- search spaces
+
+#: The most accumulator registers a convolution's register tile may hold (``tile_ow`` x
+#: ``tile_oc`` vectors): 32 vector registers, less the weight vectors and the broadcast input.
+MAX_TILE_REGISTERS = 28
+
+
+def workload_of(call):
+    """The :class:`~relaybench.autotune.space.Workload` of a tunable call (a convolution the
+    ``conv2d_NCHWc`` or ``depthwise_conv2d_NCHWc`` rules schedule, a float ``nn.dense``), or
+    None."""
+    from ...autotune.space import Workload
+    if call is None:
+        return None
+    kind = _conv_kind(call)
+    if kind in ("NCHWc", "depthwise_NCHWc"):
+        template = "conv2d_NCHWc" if kind == "NCHWc" else "depthwise_conv2d_NCHWc"
+        a = call.attrs
+        attrs = (("data_layout", a.data_layout), ("dilation", tuple(int(d) for d in a.dilation)),
+                 ("groups", int(a.groups)), ("kernel_layout", a.kernel_layout),
+                 ("out_layout", a.out_layout or a.data_layout),
+                 ("padding", tuple(int(p) for p in a.padding)),
+                 ("strides", tuple(int(d) for d in a.strides)))
+    elif call.op.name == "nn.dense" and not _int8_dot(call):
+        template, attrs = "dense", ()
+    else:
+        return None
+    types = [arg.checked_type for arg in call.args]
+    out = call.checked_type
+    if not all(getattr(t, "is_static", False) for t in types + [out]):
+        return None
+    return Workload(template, tuple(tuple(int(d) for d in t.shape) for t in types),
+                    tuple(str(t.dtype) for t in types), tuple(int(d) for d in out.shape),
+                    str(out.dtype), attrs)
+
+
+def _divisors(n: int, limit: int) -> list:
+    return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
+
+
+def conv2d_nchwc_space(workload):
+    """The knobs of the ``conv2d_NCHWc`` and ``depthwise_conv2d_NCHWc`` rules; the defaults are
+    the hand-picked tiles (``ow_tile`` the largest divisor of the width up to 14, two channel
+    blocks for rows of 8 columns or fewer)."""
+    from ...autotune.space import ConfigSpace
+    n, oc_blocks, oh, ow, _ = workload.out_shape
+    space = ConfigSpace(workload.template)
+    tile = conv_width_tile(ow)
+    blocks = 2 if tile <= 8 and oc_blocks % 2 == 0 and oc_blocks >= 4 else 1
+    space.define_knob("tile_ow", _divisors(ow, 28), default=tile,
+                      doc="output columns per register tile (each a vector of output channels)")
+    space.define_knob("tile_oc", _divisors(oc_blocks, 4), default=blocks,
+                      doc="output-channel blocks per register tile")
+    space.define_knob("reduce_order", ["channels_first", "window_first"],
+                      doc="reduce loops: input-channel blocks outside the window, or inside it")
+    space.define_knob("unroll_rx", [False, True], doc="unroll the window's columns")
+    space.define_knob("parallel", ["oc_row", "oc"],
+                      doc="threads share (channel block, row) pairs, or channel blocks")
+    space.constraint = lambda c: c["tile_ow"] * c["tile_oc"] <= MAX_TILE_REGISTERS
+    return space
+
+
+def dense_space(workload):
+    """The knobs of the ``dense`` rule: the partial sums' width (one register's lanes by
+    default; more are independent accumulators) and the reduction loop's unrolling."""
+    from ...autotune.space import ConfigSpace
+    k_total = workload.arg_shapes[0][-1]
+    width = lanes(workload.out_dtype)
+    widths = [w for w in (width, 2 * width, 4 * width, 8 * width)
+              if k_total % w == 0 and k_total >= 2 * w] or [width]
+    space = ConfigSpace("dense")
+    space.define_knob("width", widths, default=width,
+                      doc="lanes of partial sums (a multiple of a register: independent chains)")
+    space.define_knob("unroll_k", [1, 2, 4, 8], default=1,
+                      doc="reduction blocks unrolled per loop trip")
+    space.constraint = lambda c: (k_total // c["width"]) % c["unroll_k"] == 0
+    return space
+
+
+#: template name -> the function making a workload's search space
+TEMPLATES = {"conv2d_NCHWc": conv2d_nchwc_space, "depthwise_conv2d_NCHWc": conv2d_nchwc_space,
+             "dense": dense_space}
+
+
+def space_of(workload):
+    """The search space of ``workload``'s template."""
+    return TEMPLATES[workload.template](workload)
+
+
+def tuning_config(call):
+    """``(workload, config)`` for a tunable call: the config of the active tuning context
+    (:func:`relaybench.autotune.config_for`), else the default; ``(None, None)`` for a call with
+    no knobs."""
+    workload = workload_of(call)
+    if workload is None:
+        return None, None
+    from ...autotune.dispatch import config_for
+    return workload, config_for(workload, space_of(workload))
 
 
 # ----------------------------------------------------------------------------------- schedules
@@ -448,7 +562,7 @@ def schedule(group, compute_at: bool = True):
     if kind in ("NCHWc", "depthwise_NCHWc"):
         rule = "conv2d_NCHWc" if kind == "NCHWc" else "depthwise_conv2d_NCHWc"
         if compute_at:
-            _schedule_conv_nchwc(s, group, keep)
+            _schedule_conv_nchwc(s, group, keep, tuning_config(anchor)[1])
         else:
             rule += "_at_root"
             _schedule_conv_nchwc_simple(s, group.anchor_tensors[0].op, next(iter(keep), None),
@@ -462,7 +576,7 @@ def schedule(group, compute_at: bool = True):
     elif anchor is not None and anchor.op.name == "nn.dense" and any(
             op.name == "dense_partial" for op in s.ops):
         rule = "dense" if compute_at else "dense_at_root"
-        if compute_at and _schedule_dense(s, group):
+        if compute_at and _schedule_dense(s, group, tuning_config(anchor)[1]):
             done = set(s.ops)
     elif any(isinstance(op, ComputeOp) and op.reduce_axis for op in s.ops):
         rule = "reduce"
@@ -597,7 +711,9 @@ def conv_width_tile(width: int, limit: int = 14) -> int:
     return max(d for d in range(1, min(width, limit) + 1) if width % d == 0)
 
 
-def _schedule_conv_nchwc(s, group, keep):
+def _schedule_conv_nchwc(s, group, keep, config=None):
+    """The tiled rule of ``conv2d_NCHWc`` and ``depthwise_conv2d_NCHWc`` with the knobs of
+    ``config`` (:func:`conv2d_nchwc_space`; None: the defaults)."""
     conv_t = group.anchor_tensors[0]
     conv = conv_t.op
     outputs = [t for t in group.outputs]
@@ -611,25 +727,38 @@ def _schedule_conv_nchwc(s, group, keep):
         local = conv
         out_stage = s[outputs[0]]
     n, oco, oh, ow, oci = out_stage.op.axis
-    tile = conv_width_tile(ow.extent)
-    # narrow rows (7 columns) would give each weight vector few uses: take two channel blocks
-    blocks = 2 if tile <= 8 and oco.extent % 2 == 0 and oco.extent >= 4 else 1
+    config = config or conv2d_nchwc_space(workload_of(group.anchor)).default()
+    tile, blocks = config["tile_ow"], config["tile_oc"]
     ow_outer, ow_inner = out_stage.split(ow, tile)
     oco_outer, oco_inner = out_stage.split(oco, blocks)
     out_stage.reorder(n, oco_outer, oh, ow_outer, oco_inner, ow_inner, oci)
     out_stage.vectorize(oci)
-    # one image: the (channel block, row) pairs share the threads; a batch: the images
-    rows = out_stage.fuse(oco_outer, oh)
-    out_stage.parallel(n if n.extent > 1 else rows)
+    # one image: the (channel block, row) pairs share the threads, or the channel blocks alone
+    # (each thread then sweeps whole planes); a batch: the images
+    if config["parallel"] == "oc_row":
+        rows = out_stage.fuse(oco_outer, oh)
+        par = rows
+    else:
+        rows, par = oh, oco_outer
+    out_stage.parallel(n if n.extent > 1 else par)
 
     conv_stage = s[local]
     conv_stage.compute_at(out_stage, ow_outer)
     cn, coco, coh, cow, coci = local.axis
     reduce, dot = _dot_axis(local)
+    if config["reduce_order"] == "window_first" and len(reduce) >= 3:
+        # the window's rows and columns outside the input-channel blocks
+        named = {axis.name: axis for axis in reduce}
+        window = [named[k] for k in ("ry", "rx") if k in named]
+        reduce = window + [axis for axis in reduce if axis not in window]
     conv_stage.reorder(cn, coh, *reduce, coco, cow, coci, *dot)
     conv_stage.unroll(coco)
     conv_stage.unroll(cow)
     conv_stage.vectorize(coci)
+    if config["unroll_rx"]:
+        rx = next((axis for axis in reduce if axis.name in ("rx", "rxo")), None)
+        if rx is not None:
+            conv_stage.unroll(rx)
     for axis in dot:
         conv_stage.tensorize(axis)
     if pad is not None and group.anchor.attrs.groups > 1 and n.extent == 1:
@@ -698,10 +827,11 @@ def _tile_reduction(s, red, out) -> bool:
     return True
 
 
-def _schedule_dense(s, group) -> bool:
+def _schedule_dense(s, group, config=None) -> bool:
     """dense: per output element, the 16-lane partial sums accumulated in a register over the
     reduction blocks, then summed; the epilogue applied as the element is stored; parallel over
-    the rows (batch > 1) or the output features."""
+    the rows (batch > 1) or the output features. ``config`` (:func:`dense_space`) may unroll
+    the reduction loop by ``unroll_k`` blocks."""
     dense = group.anchor_tensors[0].op
     partial = next((t.op for t in dense.inputs if t.op.name == "dense_partial"), None)
     if partial is None or len(group.outputs) != 1:
@@ -720,8 +850,15 @@ def _schedule_dense(s, group) -> bool:
     stage.compute_at(out_stage, j)
     pi, pj, lane = partial.axis
     reduce, dot = _dot_axis(partial)
+    unroll = config["unroll_k"] if config and not dot else 1
+    inner = None
+    if unroll > 1 and len(reduce) == 1 and reduce[0].extent % unroll == 0:
+        outer, inner = stage.split(reduce[0], unroll)
+        reduce = [outer, inner]
     stage.reorder(pi, pj, *reduce, lane, *dot)
     stage.vectorize(lane)
+    if inner is not None:
+        stage.unroll(inner)
     for axis in dot:
         stage.tensorize(axis)
     return True

@@ -111,16 +111,22 @@ class InvokePacked(Instruction):
 
 @dataclass(frozen=True)
 class AllocStorage(Instruction):
-    """A new block of ``size`` bytes, aligned to ``alignment``, for tensors of ``dtype_hint``."""
+    """A new block of ``size`` bytes, aligned to ``alignment``, for tensors of ``dtype_hint``.
+
+    Sized at run time when ``shape_register`` is given: the block then holds one tensor of
+    ``dtype_hint`` whose shape is the int64 tensor in that register (a shape function's output),
+    and ``size`` is 0."""
 
     dst: int
     size: int
     alignment: int
     dtype_hint: str
     device: str = "cpu"
+    shape_register: Optional[int] = None
 
     def text(self) -> str:
-        return (f"alloc_storage ${self.dst} size={self.size} alignment={self.alignment} "
+        size = self.size if self.shape_register is None else f"bytes(${self.shape_register})"
+        return (f"alloc_storage ${self.dst} size={size} alignment={self.alignment} "
                 f"{self.dtype_hint} {self.device}")
 
 

@@ -14,7 +14,11 @@ Relay's VM compiler (``src/relay/backend/vm/compiler.cc``), in its steps:
    shapes read from the types) and ``InvokePacked`` of a kernel compiled by the graph
    executor's :func:`~relaybench.backends.build.compile_groups` (the same lowering, the same
    kernels, the same disk cache); a fused group that only reshapes becomes ``ReshapeTensor``
-   (a view, no kernel). A call of a global is ``Invoke``, of a lifted closure global
+   (a view, no kernel), and ``shape_of`` of a tensor the ``ShapeOf`` instruction. A call whose
+   types hold ``?`` or a symbolic ``n`` gets its outputs' shapes at run time: ``ShapeOf`` of its
+   inputs, ``InvokePacked`` of the group's shape function, ``AllocStorage`` sized from each
+   shape and ``AllocTensorReg`` (:mod:`.dynamic`); its kernel is compiled once for the symbolic
+   extents where the kernel layer can (:mod:`.symbolic`), else once per shape met. A call of a global is ``Invoke``, of a lifted closure global
    ``AllocClosure``, of any other function value ``InvokeClosure``; constructors and tuples are
    ``AllocADT``; a ``match`` is a chain of ``GetTag`` / ``If`` tests per clause with ``GetField``
    for the bound fields (nested patterns included), ending in ``Fatal`` when no clause accepts
@@ -64,6 +68,7 @@ from ...ir.expr import (Call, Constant, Constructor, Function, GlobalVar, If, Le
 from ...ir.module import IRModule
 from ...ir.types import TensorType, TupleType
 from . import bytecode as bc
+from .dynamic import _nest, is_static_type
 
 __all__ = ["compile", "prepare_module", "plan_storage_reuse"]
 
@@ -142,9 +147,11 @@ def compile(mod, target="llvm", params: Optional[dict] = None, opt_level: int = 
     stats.optimize_seconds = time.perf_counter() - start
     module = _ModuleCompiler(prepared)
     functions = module.run()
-    kernels = compile_groups(module.packed, target, stats)
+    static = [f for f, kind in zip(module.packed, module.packed_kinds) if kind == "kernel"]
+    kernels = compile_groups(static, target, stats)
     _link_kernels(kernels, target, stats)
-    packed = [kernels[f] for f in module.packed]
+    packed = [_packed_entry(f, kind, kernels, target, stats)
+              for f, kind in zip(module.packed, module.packed_kinds)]
     for func in functions:   # the kernels' names, known now, into the listings
         func.instructions = [
             bc.InvokePacked(i.packed_index, i.arity, i.output_size, i.args,
@@ -161,6 +168,26 @@ def compile(mod, target="llvm", params: Optional[dict] = None, opt_level: int = 
                       prepared, stats)
 
 
+def packed_kinds_of(exe) -> list:
+    """Per ``PackedFunc[i]`` of ``exe``: ``kernel``, ``shape`` or ``dynamic`` (see
+    :func:`_packed_entry`)."""
+    from .dynamic import DynamicKernel, ShapeFuncKernel
+    return ["shape" if isinstance(k, ShapeFuncKernel) else
+            "dynamic" if isinstance(k, DynamicKernel) else "kernel" for k in exe.kernels]
+
+
+def _packed_entry(func: Function, kind: str, kernels: dict, target, stats):
+    """``PackedFunc[i]`` of the executable: a compiled static group, the shape function of a
+    group (``shape``), or the kernel of a group whose types are not static (``dynamic``)."""
+    from ..lowering import group_name
+    from .dynamic import DynamicKernel, ShapeFuncKernel
+    if kind == "kernel":
+        return kernels[func]
+    if kind == "shape":
+        return ShapeFuncKernel(func, f"{group_name(func)}_shape_func", target)
+    return DynamicKernel(func, group_name(func), target, stats)
+
+
 # ---------------------------------------------------------------------------------------------
 # the module: one VMFunction per global, kernels and constants shared
 
@@ -172,10 +199,12 @@ class _ModuleCompiler:
         self.constants: list = []
         self._constant_index: dict = {}
         self.packed: list = []           # distinct Primitive functions, in order of first use
-        self._packed_index: dict = {}    # structural hash -> [(function, index)]
+        self.packed_kinds: list = []     # per entry: "kernel", "shape" or "dynamic"
+        self._packed_index: dict = {}    # (kind, structural hash) -> [(function, index)]
         self._by_identity: dict = {}
         self.packed_calls = 0
         self._constructor_funcs: dict = {}
+        self._op_groups: dict = {}        # see op_group
         for gv, func in mod.functions.items():
             if func.is_primitive:
                 continue
@@ -217,23 +246,52 @@ class _ModuleCompiler:
             self.constants.append(np.array(shape, dtype="int64"))
         return index
 
-    def packed_function(self, func: Function) -> int:
-        """The kernel index of ``func``; structurally equal groups share one."""
+    def packed_function(self, func: Function, kind: str = "kernel") -> int:
+        """The kernel index of ``func``; structurally equal groups share one. ``kind``: the
+        group's compiled kernel (``kernel``), its shape function (``shape``) or its kernel for
+        types that are not static (``dynamic``)."""
         from ...ir.structural import structural_equal, structural_hash
-        self.packed_calls += 1
-        index = self._by_identity.get(func)
+        if kind != "shape":
+            self.packed_calls += 1
+        index = self._by_identity.get((kind, func))
         if index is not None:
             return index
-        bucket = self._packed_index.setdefault(structural_hash(func), [])
+        bucket = self._packed_index.setdefault((kind, structural_hash(func)), [])
         for other, index in bucket:
             if structural_equal(other, func):
                 break
         else:
             index = len(self.packed)
             self.packed.append(func)
+            self.packed_kinds.append(kind)
             bucket.append((func, index))
-        self._by_identity[func] = index
+        self._by_identity[(kind, func)] = index
         return index
+
+    def op_group(self, call: Call, op_call: Call, make, inline, is_scalar) -> tuple:
+        """The Primitive function of a group that is one operator call (``op_call``, of its
+        parameters in order: every group at opt_level 0, or an operator called outside any
+        group) called by ``call``, and the positions of the arguments it takes (its scalar
+        constants inlined). Groups of one op with equal attrs, argument types and inlined
+        scalars share one function, made (``make()``), inlined and type-checked once, and so
+        one kernel index without a structural hash: a chain of 20,000 such calls handles a
+        handful of groups, not 20,000."""
+        key = (op_call.op.name, op_call.attrs, tuple(
+            ("scalar", a.data.dtype.name, a.data.item()) if is_scalar(a) else a.checked_type
+            for a in call.args))
+        try:
+            found = self._op_groups.get(key)
+        except TypeError:        # an attribute value that does not hash: no sharing
+            key, found = None, None
+        if found is None:
+            func = make()
+            kept = [i for i, a in enumerate(call.args) if not is_scalar(a)]
+            if len(kept) != len(call.args):
+                func, _ = inline(func, list(call.args))
+            found = (func, kept)
+            if key is not None:
+                self._op_groups[key] = found
+        return found
 
     def constructor_function(self, con: Constructor) -> int:
         """A VM function ``fn (fields...) { Con(fields...) }``: a constructor used as a value."""
@@ -514,10 +572,16 @@ class _FunctionCompiler:
         from ..lowering import flatten_type
         if node.type_or_none is None:
             raise self.fail(node, "the call is not type-checked")
-        func = callee if isinstance(callee, Function) else _wrap_op_call(node)
-        arg_nodes = list(node.args)
-        if any(_is_scalar_constant(a) for a in arg_nodes):
-            func, arg_nodes = _inline_scalar_constants(func, arg_nodes)
+        op_call = node if isinstance(callee, Op) else _single_op_body(callee)
+        if op_call is None:
+            func, arg_nodes = callee, list(node.args)
+            if any(_is_scalar_constant(a) for a in arg_nodes):
+                func, arg_nodes = _inline_scalar_constants(func, arg_nodes)
+        else:
+            func, kept = self.module.op_group(
+                node, op_call, lambda: callee if isinstance(callee, Function)
+                else _wrap_op_call(node), _inline_scalar_constants, _is_scalar_constant)
+            arg_nodes = [node.args[i] for i in kept]
         regs = []
         for a in arg_nodes:
             regs.append((yield a))
@@ -525,9 +589,19 @@ class _FunctionCompiler:
         reshaped = self.reshape_only(func, regs, node, where)
         if reshaped is not None:
             return reshaped
+        shape = self.shape_of_only(func, regs)
+        if shape is not None:
+            return shape
         inputs = []
         for p, r in zip(func.params, regs):
             inputs.extend(self.flatten_register(r, p.checked_type or p.type_annotation))
+        if not (is_static_type(node.checked_type) and
+                all(is_static_type(p.checked_type or p.type_annotation) for p in func.params)):
+            outputs = self.alloc_dynamic_outputs(func, inputs, node)
+            index = self.module.packed_function(func, "dynamic")
+            self.emit(bc.InvokePacked(index, len(inputs) + len(outputs), len(outputs),
+                                      tuple(inputs + outputs), span=node.span))
+            return self.nest_registers(node.checked_type, outputs)
         outputs = []
         for t in flatten_type(node.checked_type, where):
             shape = tuple(int(d) for d in t.shape)
@@ -553,13 +627,91 @@ class _FunctionCompiler:
         if not (isinstance(src, TensorType) and isinstance(out, TensorType)
                 and src.dtype == out.dtype):
             return None
-        from ..lowering import flatten_type
-        (t,) = flatten_type(out, where)
-        shape = self.new_register()
-        self.emit(bc.LoadConst(shape, self.module.shape_constant(tuple(int(d) for d in t.shape))))
+        if is_static_type(out):
+            shape = self.new_register()
+            self.emit(bc.LoadConst(shape, self.module.shape_constant(tuple(int(d)
+                                                                           for d in out.shape))))
+        else:
+            (shape,) = self.emit_shape_func(func, [regs[0]], node)
         dst = self.new_register()
         self.emit(bc.ReshapeTensor(dst, regs[0], shape))
         return dst
+
+    def shape_of_only(self, func: Function, regs: list):
+        """``ShapeOf`` for a group that is ``shape_of`` of its only parameter, a tensor whose
+        shape is not static (as Relay's VM does: the shape is read at run time), then a
+        ``cast`` kernel when the dtype asked for is not int64. A static shape stays the
+        group's kernel, a constant for the code generators that only take static programs."""
+        body = func.body
+        if not (len(func.params) == 1 and isinstance(body, Call) and isinstance(body.op, Op)
+                and body.op.name == "shape_of" and body.args[0] is func.params[0]
+                and isinstance(func.params[0].checked_type, TensorType)
+                and not is_static_type(func.params[0].checked_type)):
+            return None
+        shape = self.new_register()
+        self.emit(bc.ShapeOf(shape, regs[0]))
+        dtype = body.attrs.dtype
+        if dtype == "int64":
+            return shape
+        from ...ir.type_infer import infer_expr
+        from ...op import cast
+        rank = len(func.params[0].checked_type.shape)
+        p = Var("p0", TensorType((rank,), "int64"))
+        group = Function([p], cast(p, dtype=dtype)).with_attr("Primitive", 1)
+        infer_expr(group)
+        storage = self.new_register()
+        self.emit(bc.AllocStorage(storage, max(rank, 1) * np.dtype(dtype).itemsize, ALIGNMENT,
+                                  dtype))
+        out = self.new_register()
+        self.emit(bc.AllocTensor(out, storage, 0, (rank,), dtype))
+        self.emit(bc.InvokePacked(self.module.packed_function(group), 2, 1, (shape, out)))
+        return out
+
+    def emit_shape_func(self, func: Function, inputs: list, node: Call) -> list:
+        """``ShapeOf`` of the group's inputs (the tensors themselves for the parameters a data
+        dependent operator reads) and ``InvokePacked`` of its shape function; returns the
+        registers of the outputs' shapes (int64 tensors, one per output tensor)."""
+        from .dynamic import flatten_tensor_types, group_data_params
+        try:
+            wants_data = group_data_params(func)
+        except CompileError as err:
+            raise self.fail(node, f"the call of {_group_name(func)}: {err}") from None
+        args, k = [], 0
+        for p, data in zip(func.params, wants_data):
+            n = len(flatten_tensor_types(p.checked_type or p.type_annotation))
+            for r in inputs[k:k + n]:
+                if data:
+                    args.append(r)
+                else:
+                    shape = self.new_register()
+                    self.emit(bc.ShapeOf(shape, r))
+                    args.append(shape)
+            k += n
+        outs = []
+        for t in flatten_tensor_types(node.checked_type):
+            storage = self.new_register()
+            self.emit(bc.AllocStorage(storage, 8 * max(len(t.shape), 1), ALIGNMENT, "int64"))
+            tensor = self.new_register()
+            self.emit(bc.AllocTensor(tensor, storage, 0, (len(t.shape),), "int64"))
+            outs.append(tensor)
+        index = self.module.packed_function(func, "shape")
+        self.emit(bc.InvokePacked(index, len(args) + len(outs), len(outs), tuple(args + outs),
+                                  span=node.span))
+        return outs
+
+    def alloc_dynamic_outputs(self, func: Function, inputs: list, node: Call) -> list:
+        """The output tensors of a call whose type is not static: the shape function's results,
+        then ``AllocStorage`` sized from each shape and ``AllocTensorReg``."""
+        from .dynamic import flatten_tensor_types
+        shapes = self.emit_shape_func(func, inputs, node)
+        outputs = []
+        for t, shape in zip(flatten_tensor_types(node.checked_type), shapes):
+            storage = self.new_register()
+            self.emit(bc.AllocStorage(storage, 0, ALIGNMENT, t.dtype, shape_register=shape))
+            tensor = self.new_register()
+            self.emit(bc.AllocTensorReg(tensor, storage, 0, shape, t.dtype))
+            outputs.append(tensor)
+        return outputs
 
     def flatten_register(self, reg: int, ty) -> list:
         """The registers of the tensors of a value of type ``ty`` (tuples taken apart)."""
@@ -583,25 +735,20 @@ class _FunctionCompiler:
         """The result of a kernel: its one tensor, or tuples (``AllocADT``) of its tensors."""
         if not isinstance(ty, TupleType):
             return outputs[0]
-        it = iter(outputs)
-        # a post-order over the (shallow) type: leaves take the next output, tuples are built
-        done: list = []
-        stack = [(ty, False)]
-        while stack:
-            t, expanded = stack.pop()
-            if not isinstance(t, TupleType):
-                done.append(next(it))
-            elif not expanded:
-                stack.append((t, True))
-                stack.extend((f, False) for f in reversed(t.fields))
-            else:
-                n = len(t.fields)
-                fields = tuple(done[len(done) - n:]) if n else ()
-                del done[len(done) - n:]
-                dst = self.new_register()
-                self.emit(bc.AllocADT(dst, 0, fields))
-                done.append(dst)
-        return done[0]
+        def alloc_adt(fields: list) -> int:
+            dst = self.new_register()
+            self.emit(bc.AllocADT(dst, 0, tuple(fields)))
+            return dst
+        return _nest(ty, outputs, alloc_adt)
+
+
+def _single_op_body(func: Function):
+    """The call when ``func``'s body is one operator call of its parameters, in order."""
+    body = func.body
+    if (isinstance(body, Call) and isinstance(body.op, Op) and len(body.args) == len(func.params)
+            and all(a is p for a, p in zip(body.args, func.params))):
+        return body
+    return None
 
 
 def _group_name(func: Function) -> str:
@@ -632,7 +779,8 @@ def _reads(ins) -> tuple:
 _READS = {
     bc.Move: lambda i: (i.src,), bc.Ret: lambda i: (i.result,), bc.Invoke: lambda i: i.args,
     bc.InvokeClosure: lambda i: (i.closure,) + tuple(i.args), bc.InvokePacked: lambda i: i.args,
-    bc.AllocStorage: lambda i: (), bc.AllocTensor: lambda i: (i.storage,),
+    bc.AllocStorage: lambda i: () if i.shape_register is None else (i.shape_register,),
+    bc.AllocTensor: lambda i: (i.storage,),
     bc.AllocTensorReg: lambda i: (i.storage, i.shape_register), bc.AllocADT: lambda i: i.fields,
     bc.AllocClosure: lambda i: i.free_vars, bc.GetField: lambda i: (i.object,),
     bc.GetTag: lambda i: (i.object,), bc.If: lambda i: (i.test, i.target), bc.Goto: lambda i: (),
@@ -704,8 +852,8 @@ def plan_storage_reuse(code: list, regions: list) -> list:
             for item in pending:
                 (free.append(item[1:]) if item[0] < pc else still.append(item))
             pending = still
-        if not isinstance(ins, bc.AllocStorage):
-            continue
+        if not isinstance(ins, bc.AllocStorage) or ins.shape_register is not None:
+            continue        # a block sized at run time is neither handed on nor taken over
         region = regions[pc]
         reused = None
         for k, (size, reg, reg_region) in enumerate(free):

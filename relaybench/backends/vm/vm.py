@@ -34,7 +34,7 @@ from ...ir.types import FuncType, RefType, TensorType, TupleType, TypeCall
 from ..interpreter import ConstructorValue, RefValue, _short as _short_tensor, _to_value
 from . import bytecode as bc
 
-__all__ = ["Executable", "VirtualMachine", "VMClosure"]
+__all__ = ["Executable", "VirtualMachine", "VMClosure", "Trace"]
 
 
 def _short(value, depth: int = 3) -> str:
@@ -93,6 +93,19 @@ class Executable:
         """Every VM function's listing, in index order (a str; in a notebook, a table of each
         function's bytecode beside its Relay)."""
         return Bytecode("\n\n".join(f.text(i) for i, f in enumerate(self.functions)), self)
+
+    def save(self, path) -> None:
+        """Write the executable (bytecode, constants, kernels) to one file; see
+        :mod:`.serialize`."""
+        from .serialize import save_executable
+        save_executable(self, path)
+
+    @classmethod
+    def load(cls, path) -> "Executable":
+        """The executable saved in ``path`` by :meth:`save`; a file that is not one raises
+        :class:`~.serialize.ExecutableFormatError` saying why."""
+        from .serialize import load_executable
+        return load_executable(path)
 
     def function(self, name: str) -> bc.VMFunction:
         return self.functions[self.global_map[name]]
@@ -162,6 +175,78 @@ def _aligned(nbytes: int, alignment: int) -> np.ndarray:
     return raw[offset:offset + nbytes]
 
 
+def _one_line(value) -> str:
+    """A register's value on one line of a trace: a tensor as its type and first elements."""
+    if isinstance(value, np.ndarray) and value.ndim > 0:
+        flat = value.reshape(-1)
+        head = ", ".join(np.format_float_positional(v, precision=4, trim="-")
+                         if value.dtype.kind == "f" else str(v) for v in flat[:3].tolist())
+        more = ", ..." if flat.size > 3 else ""
+        return f"{value.dtype}{list(value.shape)} [{head}{more}]"
+    return " ".join(_short(value, 2).split())
+
+
+class Trace:
+    """The instructions a run executed (:meth:`VirtualMachine.trace`): ``steps`` holds one row
+    per recorded instruction (``step``, ``depth``, ``function``, ``pc``, ``instruction``,
+    ``value``); it prints as a table and renders as one in a notebook."""
+
+    def __init__(self, limit: int):
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise ValueError(f"trace: limit must be an int >= 0, got {limit!r}")
+        self.limit = limit
+        self.steps: list = []
+        self.executed = 0
+        self.result = None
+        self._pending = None     # (row, frame, register) whose value shows once it is written
+
+    def record(self, depth: int, frame, ins) -> None:
+        self._settle()
+        self.executed += 1
+        if len(self.steps) >= self.limit:
+            return
+        row = {"step": self.executed - 1, "depth": depth, "function": frame.func.name,
+               "pc": frame.pc, "instruction": ins.text(), "value": ""}
+        self.steps.append(row)
+        if isinstance(ins, bc.Ret):
+            row["value"] = _one_line(frame.regs[ins.result])
+        elif not isinstance(ins, (bc.Invoke, bc.InvokeClosure)) and getattr(ins, "dst", None) is not None:
+            # fresh storage and the tensors made in it hold whatever was there: their size and
+            # type only
+            fresh = isinstance(ins, (bc.AllocStorage, bc.AllocTensor, bc.AllocTensorReg))
+            self._pending = (row, frame, ins.dst, fresh)
+
+    def _settle(self) -> None:
+        if self._pending is not None:
+            row, frame, dst, fresh = self._pending
+            self._pending = None
+            value = frame.regs[dst] if dst < len(frame.regs) else None
+            if value is None:
+                return
+            if fresh and isinstance(value, np.ndarray):
+                row["value"] = (f"{value.nbytes} bytes" if value.dtype == np.uint8 and value.ndim == 1
+                                else f"{value.dtype}{list(value.shape)} (not written yet)")
+            else:
+                row["value"] = _one_line(value)
+
+    def table(self):
+        from ..._table import Table
+        self._settle()
+        rows = [dict(r, instruction=("  " * r["depth"]) + r["instruction"]) for r in self.steps]
+        return Table(rows)
+
+    def __str__(self) -> str:
+        more = self.executed - len(self.steps)
+        return str(self.table()) + (f"\n... {more} more instructions" if more > 0 else "")
+
+    __repr__ = __str__
+
+    def _repr_html_(self) -> str:
+        more = self.executed - len(self.steps)
+        tail = f"<p>... {more} more instructions</p>" if more > 0 else ""
+        return self.table()._repr_html_() + tail
+
+
 class VirtualMachine:
     """Runs an :class:`Executable`. ``invoke(name, *args)`` calls a global function;
     ``invoke_closure(closure, *args)`` a closure the VM returned."""
@@ -201,6 +286,34 @@ class VirtualMachine:
         """``invoke("main", ...)``."""
         return self.invoke("main", *args, **kwargs)
 
+    def trace(self, name: str = "main", *args, limit: int = 200, **kwargs) -> "Trace":
+        """Run ``@name`` as :meth:`invoke` does, recording its first ``limit`` instructions: for
+        each the call depth, the VM function, the pc, the instruction and the value it wrote (a
+        call's value shows at its ``ret``). The run goes on to the end after the last recorded
+        step; ``Trace.result`` is its result and ``Trace.executed`` how many instructions it ran.
+
+        >>> import numpy as np, relaybench as rb
+        >>> mod = rb.parse('''#[version = "0.0.5"]
+        ... def @main(%n: int32) -> int32 {
+        ...   if (equal(%n, 0)) { 0 } else { add(%n, @main(subtract(%n, 1))) }
+        ... }''')
+        >>> t = rb.vm.VirtualMachine(rb.vm.compile(mod, opt_level=0)).trace("main", np.int32(3), limit=4)
+        >>> t.result, len(t.steps), t.executed > 4
+        (array(6, dtype=int32), 4, True)
+        >>> t.steps[0]["function"], t.steps[0]["pc"]
+        ('main', 0)
+        """
+        index = self.exe.global_map.get(name)
+        if index is None:
+            raise ExecutionError(f"no function @{name} in the executable (have: "
+                                 f"{', '.join('@' + n for n in self.exe.global_map)})")
+        func = self.exe.functions[index]
+        params = list(func.source.params) if func.source is not None else []
+        values = _bind_arguments(f"@{name}", params, args, kwargs)
+        trace = Trace(limit)
+        trace.result = self._execute(func, values, trace)
+        return trace
+
     def invoke_closure(self, closure: VMClosure, *args):
         """Call a closure value on ``args``."""
         if not isinstance(closure, VMClosure):
@@ -213,7 +326,7 @@ class VirtualMachine:
         return self._execute(func, list(closure.captured) + [_to_value(a) for a in args])
 
     # ---- the machine ---------------------------------------------------------------------------
-    def _execute(self, func: bc.VMFunction, args: list):
+    def _execute(self, func: bc.VMFunction, args: list, trace: Optional["Trace"] = None):
         functions = self.exe.functions
         handlers = self._handlers
         frames: list = []
@@ -221,6 +334,8 @@ class VirtualMachine:
         while True:
             ins = frame.code[frame.pc]
             cls = type(ins)
+            if trace is not None:
+                trace.record(len(frames), frame, ins)
             if cls is bc.Invoke:
                 callee = _Frame(functions[ins.func_index], [frame.regs[r] for r in ins.args])
                 callee.ret_dst = ins.dst
@@ -277,7 +392,13 @@ class VirtualMachine:
         frame.pc += 1
 
     def _alloc_storage(self, frame, ins):
-        frame.regs[ins.dst] = _aligned(ins.size, ins.alignment)
+        size = ins.size
+        if ins.shape_register is not None:   # sized at run time, from a shape function
+            shape = np.asarray(frame.regs[ins.shape_register]).reshape(-1)
+            if (shape < 0).any():
+                raise ExecutionError(f"@{frame.func.name}: a tensor of shape {shape.tolist()}")
+            size = int(np.prod(shape, dtype=np.int64)) * np.dtype(ins.dtype_hint).itemsize
+        frame.regs[ins.dst] = _aligned(size, ins.alignment)
         frame.pc += 1
 
     def _alloc_tensor(self, frame, ins):
@@ -395,12 +516,27 @@ def _bind_arguments(where: str, params: list, args: tuple, kwargs: dict) -> list
         raise ExecutionError(f"{where} takes {len(params)} arguments, got {len(args)}",
                              expected=len(params), given=len(args))
     values = []
+    sizes: dict = {}     # symbolic extent -> (its value, the input that set it)
     for p, a in zip(params, args):
         if a is None:
             raise ExecutionError(f"{where}: missing argument %{p.name_hint}",
                                  input_name=p.name_hint)
-        values.append(_check_value(p, _to_value(a)))
+        values.append(_check_value(p, _to_value(a), sizes))
     return values
+
+
+def _check_symbolic(param, t: TensorType, shape: tuple, sizes: dict) -> None:
+    """Every symbolic extent ``n`` of the parameters takes one value: the first input that has
+    it sets it, the others must agree (``x: Tensor[(n, 4)]``, ``y: Tensor[(n,)]``)."""
+    from ...ir.symbolic import SymVar
+    for axis, (d, s) in enumerate(zip(t.shape, shape)):
+        if not isinstance(d, SymVar):
+            continue
+        seen = sizes.setdefault(d.name, (s, param.name_hint))
+        if seen[0] != s:
+            raise ExecutionError(f"input %{param.name_hint}: axis {axis} is {d.name} = {s}, but "
+                                 f"%{seen[1]} gave {d.name} = {seen[0]}",
+                                 input_name=param.name_hint, expected=seen[0], given=s)
 
 
 def _kind_of(value) -> str:
@@ -416,9 +552,10 @@ _EXPECTED = {TensorType: (np.ndarray, "a tensor"), TupleType: (tuple, "a tuple")
              FuncType: (VMClosure, "a closure")}
 
 
-def _check_value(param, value):
+def _check_value(param, value, sizes: Optional[dict] = None):
     """``value`` as the argument of ``param``: a tensor checked for dtype and shape (and made
-    contiguous), other values checked to be of the parameter type's kind."""
+    contiguous; each symbolic extent checked against ``sizes``, the values the inputs before it
+    gave), other values checked to be of the parameter type's kind."""
     t = param.checked_type or param.type_annotation
     expected = _EXPECTED.get(type(t))
     if expected is None:
@@ -438,6 +575,8 @@ def _check_value(param, value):
             raise ExecutionError(f"input %{param.name_hint}: expected shape {t}, given "
                                  f"{list(value.shape)}", input_name=param.name_hint,
                                  expected=str(t), given=tuple(value.shape))
+        if sizes is not None:
+            _check_symbolic(param, t, value.shape, sizes)
         return np.require(value, requirements=("C", "A"))
     if cls is tuple and len(value) != len(t.fields):
         raise ExecutionError(f"input %{param.name_hint}: expected a {len(t.fields)}-tuple of type "

@@ -1,0 +1,128 @@
+"""The source of a tutorial notebook: run notebooks/src/build.py to write and execute it."""
+
+import pathlib
+
+import nbformat as nbf
+cells = []
+def md(s): cells.append(nbf.v4.new_markdown_cell(s.strip()))
+def code(s, check=False):
+    s = s.strip()
+    if check:
+        s = "# NBVAL_CHECK_OUTPUT\n" + s
+    cells.append(nbf.v4.new_code_cell(s))
+
+md("""
+# 16. Memory and compile time
+
+Two questions every compiler user asks sooner or later: **where does the memory go** when a
+model runs, and **where does the time go** when it is built? This notebook answers both for
+ResNet-18, with two views of the workbench:
+
+* `rb.viz.compile_time(mod, params)` builds a module with every pass timed and draws one bar
+  per pass and per kernel compile, colored by where the kernel's machine code came from (LLVM,
+  the disk cache, or this process's memory);
+* `rb.viz.memory_plan(executable)` draws the memory plan of a compiled program, for the graph
+  executor or for the Relay VM: each buffer's lifetime over the program's kernel calls, the
+  storage it shares, and the bytes that sharing saves.
+
+Hover any bar to see what it is; `rb.viz.save(view, "plan.svg")` (or `.png`, `.html`) writes a
+view for a paper or a slide.
+""")
+code("""
+import relaybench as rb
+mod, params = rb.models.get("resnet18")
+print(mod["main"].params[0].type_annotation)
+""", check=True)
+md("""
+## Where a build's time goes
+
+The build runs Relay's default pipeline, then lowers and compiles each distinct fused group
+once. The kernel cache (`RB_CACHE_DIR`) keeps compiled kernels on disk, so the first build on
+a machine pays for LLVM and later ones mostly read the cache: the red bars (LLVM compiled)
+turn green (a cache hit).
+""")
+code("""
+build_time = rb.viz.compile_time(mod, params)
+build_time
+""")
+code("""
+kernels = build_time.kernel_rows()
+(len(build_time.pass_rows()), len(kernels), build_time.hits + build_time.misses == len(kernels),
+ [r["name"] for r in build_time.pass_rows()][-1])
+""", check=True)
+md("""
+Built again in the same process, every kernel is found in memory: the build's time is now the
+passes' alone.
+""")
+code("""
+again = rb.viz.compile_time(mod, params)
+(again.misses, again.hits == len(again.kernel_rows()),
+ again.kernel_seconds < build_time.kernel_seconds or build_time.misses == 0)
+""", check=True)
+code("""
+again
+""")
+md("""
+## The graph executor's memory plan
+
+The graph executor plans its memory once, when the module is loaded: every intermediate tensor
+gets a storage, and a storage is handed to a later tensor as soon as every reader of its current
+tensor has run. Each row below is one storage; each bar one tensor, from the kernel call that
+writes it to the last call that reads it. Bars on one row never overlap: that is the plan's
+rule, and the bytes it saves.
+""")
+code("""
+graph_plan = rb.viz.memory_plan(build_time.module)
+graph_plan
+""")
+code("""
+print(graph_plan.summary())
+""", check=True)
+md("""
+The live bytes at each step show the peak the plan must hold at once, which is what reuse
+cannot go below:
+""")
+code("""
+live = graph_plan.live_bytes()
+peak = max(live)
+(len(live), peak <= graph_plan.planned_bytes, f"peak {peak / 2**20:.1f} MiB at step {live.index(peak)}")
+""", check=True)
+md("""
+## The Relay VM's plan
+
+The VM plans its storage differently: its compiler turns every `alloc_storage` that can take
+over a dead block of the same size into a `move` of that block's register. Blocks must match
+in size exactly, so it shares less than the graph executor's best-fit plan; it also handles
+control flow and dynamic shapes, which the graph executor does not.
+""")
+code("""
+from relaybench.backends.vm import compile as vm_compile
+exe = vm_compile(rb.passes.bind_params(mod, params), "llvm", opt_level=3)
+vm_plan = rb.viz.memory_plan(exe)
+vm_plan
+""")
+code("""
+print(vm_plan.summary())
+""", check=True)
+code("""
+rb.viz.Table([{"executor": p.executor, "buffers": len(p.buffers), "storages": len(p.storages),
+               "planned MiB": round(p.planned_bytes / 2**20, 2),
+               "without reuse MiB": round(p.unplanned_bytes / 2**20, 2),
+               "saved": f"{p.saved_fraction:.0%}"} for p in (graph_plan, vm_plan)])
+""", check=True)
+md("""
+## Saving a view
+
+Every view of the workbench (a graph, a diff, these charts, a table) can be written as SVG, PNG
+or HTML. The SVG keeps the tooltips, so a saved plan still says what each bar is on hover.
+""")
+code("""
+import pathlib, tempfile
+folder = pathlib.Path(tempfile.mkdtemp())
+paths = [rb.viz.save(view, folder / name) for view, name in
+         ((graph_plan, "graph_plan.svg"), (vm_plan, "vm_plan.png"), (build_time, "build_time.html"))]
+[(pathlib.Path(p).name, pathlib.Path(p).stat().st_size > 1000) for p in paths]
+""", check=True)
+nb = nbf.v4.new_notebook(cells=cells)
+nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+nbf.write(nb, str(pathlib.Path(__file__).resolve().parents[1] / "16_memory_and_compile_time.ipynb"))

@@ -1,0 +1,165 @@
+"""Every knob of the x86 templates compiles to kernels that compute the op: a config applied
+through the dispatch context changes the loops, and the values still match numpy."""
+
+import numpy as np
+import pytest
+
+import relaybench as rb
+from relaybench import autotune
+from relaybench.backends.lowering import lower_primitive
+from relaybench.backends.strategy import x86
+
+
+def _conv_nchwc_numpy(data, weight, stride, pad):
+    """conv2d in NCHW{ib}c x OIHW{ib}i{ob}o, by unblocking to NCHW/OIHW and summing windows."""
+    n, icb, h, w, ib = data.shape
+    ocb, _, kh, kw, _, ob = weight.shape
+    x = data.transpose(0, 1, 4, 2, 3).reshape(n, icb * ib, h, w)
+    k = weight.transpose(0, 5, 1, 4, 2, 3).reshape(ocb * ob, icb * ib, kh, kw)
+    x = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    oh = (h + 2 * pad - kh) // stride + 1
+    ow = (w + 2 * pad - kw) // stride + 1
+    out = np.zeros((n, ocb * ob, oh, ow))
+    for i in range(kh):
+        for j in range(kw):
+            patch = x[:, :, i:i + stride * oh:stride, j:j + stride * ow:stride]
+            out += np.einsum("nchw,oc->nohw", patch, k[:, :, i, j])
+    return out.reshape(n, ocb, ob, oh, ow).transpose(0, 1, 3, 4, 2)
+
+
+def _run(func, config, workload, inputs):
+    with autotune.ApplyConfig({workload.key: config}) as applied:
+        lowered = lower_primitive(func, "llvm")
+    assert applied.used[workload.key] == config
+    from relaybench.backends.llvm import build_kernel
+    kernel = build_kernel(lowered.prim_func)
+    out = np.empty(tuple(int(d) for d in lowered.output_types[0].shape), "float32")
+    kernel(*inputs, out)
+    return out, lowered.source()
+
+
+CONV = autotune.Workload(
+    "conv2d_NCHWc", ((1, 2, 8, 12, 16), (4, 2, 3, 3, 16, 16)), ("float32", "float32"),
+    (1, 4, 8, 12, 16), "float32",
+    (("data_layout", "NCHW16c"), ("dilation", (1, 1)), ("groups", 1),
+     ("kernel_layout", "OIHW16i16o"), ("out_layout", "NCHW16c"), ("padding", (1, 1, 1, 1)),
+     ("strides", (1, 1))))
+
+
+@pytest.mark.parametrize("config", [
+    {"tile_ow": 12, "tile_oc": 2, "reduce_order": "window_first", "unroll_rx": True,
+     "parallel": "oc"},
+    {"tile_ow": 3, "tile_oc": 4, "reduce_order": "channels_first", "unroll_rx": False,
+     "parallel": "oc_row"},
+    {"tile_ow": 1, "tile_oc": 1, "reduce_order": "window_first", "unroll_rx": False,
+     "parallel": "oc_row"},
+])
+def test_conv2d_nchwc_configs_match_numpy(config):
+    rng = np.random.default_rng(0)
+    data = rng.standard_normal(CONV.arg_shapes[0]).astype("float32")
+    weight = rng.standard_normal(CONV.arg_shapes[1]).astype("float32")
+    func = autotune.task_function(CONV)
+    assert x86.workload_of(func.body) == CONV
+    out, loops = _run(func, config, CONV, [data, weight])
+    np.testing.assert_allclose(out, _conv_nchwc_numpy(data, weight, 1, 1), rtol=1e-4, atol=1e-3)
+    assert "vectorized(16)" in loops
+    with autotune.ApplyConfig({}):
+        default = lower_primitive(func, "llvm").source()
+    assert (default == loops) == (config == x86.space_of(CONV).default())
+
+
+@pytest.mark.parametrize("width,unroll", [(32, 2), (64, 4), (16, 1)])
+def test_dense_widths_match_numpy(width, unroll):
+    w = autotune.Workload("dense", ((2, 256), (24, 256)), ("float32", "float32"), (2, 24),
+                          "float32")
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((2, 256)).astype("float32")
+    k = rng.standard_normal((24, 256)).astype("float32")
+    out, loops = _run(autotune.task_function(w), {"width": width, "unroll_k": unroll}, w, [x, k])
+    np.testing.assert_allclose(out, x @ k.T, rtol=1e-4, atol=1e-3)
+    assert f"vectorized({width})" in loops
+
+
+def test_an_invalid_config_falls_back_to_the_default():
+    space = x86.space_of(CONV)
+    bad = {"tile_ow": 12, "tile_oc": 4, "reduce_order": "channels_first", "unroll_rx": False,
+           "parallel": "oc"}     # 48 accumulators: more than the register file
+    assert not space.valid(bad)
+    with autotune.ApplyConfig({CONV.key: bad}):
+        assert autotune.config_for(CONV, space) == space.default()
+
+
+def test_a_tuned_resnet_block_computes_what_the_interpreter_does(tmp_path):
+    """A network built under apply_history_best (configs unlike the defaults for its
+    convolutions) agrees with the reference interpreter."""
+    mod = rb.parse('''#[version = "0.0.5"]
+def @main(%x: Tensor[(1, 32, 14, 14), float32], %w1: Tensor[(32, 32, 3, 3), float32],
+          %w2: Tensor[(32, 32, 1, 1), float32]) {
+  %0 = nn.conv2d(%x, %w1, padding=[1, 1, 1, 1], channels=32, kernel_size=[3, 3]);
+  %1 = nn.relu(%0);
+  %2 = nn.conv2d(%1, %w2, padding=[0, 0, 0, 0], channels=32, kernel_size=[1, 1]);
+  add(%2, %x)
+}''')
+    rng = np.random.default_rng(2)
+    params = {"w1": rng.standard_normal((32, 32, 3, 3)).astype("float32") * 0.1,
+              "w2": rng.standard_normal((32, 32, 1, 1)).astype("float32") * 0.1}
+    x = rng.standard_normal((1, 32, 14, 14)).astype("float32")
+    tasks = autotune.extract_tasks(mod, params=params)
+    assert [t.workload.template for t in tasks] == ["conv2d_NCHWc", "conv2d_NCHWc"]
+    records = []
+    for task in tasks:
+        config = dict(task.space.default(), tile_ow=7, tile_oc=2, reduce_order="window_first",
+                      parallel="oc")
+        assert task.space.valid(config)
+        records.append(autotune.Record(task.workload, config, [1e-4], flops=task.flops))
+        records.append(autotune.Record(task.workload, task.space.default(), [2e-4]))
+    log = tmp_path / "log.jsonl"
+    autotune.save_records(log, records)
+    with autotune.apply_history_best(log) as best:
+        lib = rb.build(mod, target="llvm", params=params)
+    assert len(best.used) == 2 and all(c["tile_ow"] == 7 for c in best.used.values())
+    ref = rb.create_executor("interpreter", mod=mod).evaluate()(x, params["w1"], params["w2"])
+    np.testing.assert_allclose(lib.run(x=x), np.asarray(ref), rtol=1e-4, atol=1e-4)
+
+
+def test_the_knob_applies_a_log_and_an_explicit_context_wins(tmp_path):
+    from relaybench import config
+    space = x86.space_of(CONV)
+    logged = dict(space.default(), tile_ow=4, tile_oc=2)
+    explicit = dict(space.default(), tile_ow=6)
+    log = tmp_path / "knob.jsonl"
+    autotune.save_records(log, [autotune.Record(CONV, logged, [1e-4])])
+    assert autotune.config_for(CONV, space) == space.default()
+    with config.Context(RB_AUTOTUNE_LOG=str(log)):
+        assert autotune.config_for(CONV, space) == logged
+        with autotune.ApplyConfig({CONV.key: explicit}):
+            assert autotune.config_for(CONV, space) == explicit
+    with config.Context(RB_AUTOTUNE_LOG="shipped"):   # a workload no shipped log holds
+        assert autotune.config_for(CONV, space) == space.default()
+
+
+DEPTHWISE = autotune.Workload(
+    "depthwise_conv2d_NCHWc", ((1, 2, 10, 10, 16), (2, 1, 3, 3, 1, 16)), ("float32", "float32"),
+    (1, 2, 10, 10, 16), "float32",
+    (("data_layout", "NCHW16c"), ("dilation", (1, 1)), ("groups", 32),
+     ("kernel_layout", "OIHW1i16o"), ("out_layout", "NCHW16c"), ("padding", (1, 1, 1, 1)),
+     ("strides", (1, 1))))
+
+
+@pytest.mark.parametrize("config", [
+    {"tile_ow": 5, "tile_oc": 2, "reduce_order": "window_first", "unroll_rx": True,
+     "parallel": "oc"},
+    {"tile_ow": 10, "tile_oc": 1, "reduce_order": "channels_first", "unroll_rx": False,
+     "parallel": "oc_row"},
+])
+def test_depthwise_configs_match_numpy(config):
+    rng = np.random.default_rng(3)
+    data = rng.standard_normal(DEPTHWISE.arg_shapes[0]).astype("float32")
+    weight = rng.standard_normal(DEPTHWISE.arg_shapes[1]).astype("float32")
+    func = autotune.task_function(DEPTHWISE)
+    assert x86.workload_of(func.body) == DEPTHWISE
+    out, _ = _run(func, config, DEPTHWISE, [data, weight])
+    padded = np.pad(data, ((0, 0), (0, 0), (1, 1), (1, 1), (0, 0)))
+    expected = sum(padded[:, :, i:i + 10, j:j + 10, :] * weight[:, 0, i, j, 0, :][None, :, None, None, :]
+                   for i in range(3) for j in range(3))
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
