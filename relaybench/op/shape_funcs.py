@@ -565,6 +565,10 @@ def _register_if_defined(name: str, fn, data_dependent: bool = False) -> None:
 
 _register_if_defined("einsum", _einsum)
 _register_if_defined("scatter_elements", _same_as_data)
+_register_if_defined("reinterpret", _same_as_data)
+for _name in ("bitwise_and", "bitwise_or", "bitwise_xor"):
+    _register_if_defined(_name, _broadcast_inputs)
+_register_if_defined("bitwise_not", _same_as_data)
 
 
 def _register_by_pattern() -> None:

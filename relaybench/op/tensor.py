@@ -577,8 +577,8 @@ __all__ += ["sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh"
 
 
 def _math_compute(name: str, formula):
-    """A kernel for a float unary op from the loop IR's intrinsics (``sin``, ``cos``, ``exp``,
-    ``log``, ``sqrt``); None when the formula needs an intrinsic the code generators lack."""
+    """A kernel for a float unary op from the loop IR's intrinsic of the same name (the C
+    library's function in compiled code: ``asinf``/``asin``, OpenCL's builtin)."""
     if formula is None:
         return None
     return C.elementwise(name, lambda x, attrs: formula(x))
@@ -590,19 +590,6 @@ def _math(name: str, func, formula, doc: str):
                           layout=elemwise_layout, doc=doc))
 
 
-def _te():
-    from .. import te
-    return te
-
-
-def _one(x):
-    return _te().cast(x.dtype, 1.0)
-
-
-def _half(x):
-    return _te().cast(x.dtype, 0.5)
-
-
 def _intrin(name, x):
     from ..te import loop_ir
     return loop_ir.call(name, x)
@@ -610,32 +597,38 @@ def _intrin(name, x):
 
 sin = _math("sin", np.sin, lambda x: _intrin("sin", x), "Elementwise sine.")
 cos = _math("cos", np.cos, lambda x: _intrin("cos", x), "Elementwise cosine.")
-tan = _math("tan", np.tan, lambda x: _intrin("sin", x) / _intrin("cos", x),
-            "Elementwise tangent (the kernel computes ``sin(x) / cos(x)``).")
-asin = _math("asin", np.arcsin, None, "Elementwise arcsine (nan outside [-1, 1]).")
-acos = _math("acos", np.arccos, None, "Elementwise arccosine (nan outside [-1, 1]).")
-atan = _math("atan", np.arctan, None, "Elementwise arctangent.")
-sinh = _math("sinh", np.sinh, lambda x: (_te().exp(x) - _te().exp(-x)) * _half(x),
-             "Elementwise hyperbolic sine (the kernel computes ``(e^x - e^-x) / 2``).")
-cosh = _math("cosh", np.cosh, lambda x: (_te().exp(x) + _te().exp(-x)) * _half(x),
-             "Elementwise hyperbolic cosine (the kernel computes ``(e^x + e^-x) / 2``).")
-asinh = _math("asinh", np.arcsinh, lambda x: _te().log(x + _te().sqrt(x * x + _one(x))),
-              "Elementwise inverse hyperbolic sine, ``log(x + sqrt(x^2 + 1))``.")
-acosh = _math("acosh", np.arccosh, lambda x: _te().log(x + _te().sqrt(x * x - _one(x))),
-              "Elementwise inverse hyperbolic cosine, ``log(x + sqrt(x^2 - 1))`` (nan below 1).")
-atanh = _math("atanh", np.arctanh,
-              lambda x: _half(x) * _te().log((_one(x) + x) / (_one(x) - x)),
-              "Elementwise inverse hyperbolic tangent, ``log((1 + x) / (1 - x)) / 2``.")
+tan = _math("tan", np.tan, lambda x: _intrin("tan", x), "Elementwise tangent.")
+asin = _math("asin", np.arcsin, lambda x: _intrin("asin", x),
+             "Elementwise arcsine (nan outside [-1, 1]).")
+acos = _math("acos", np.arccos, lambda x: _intrin("acos", x),
+             "Elementwise arccosine (nan outside [-1, 1]).")
+atan = _math("atan", np.arctan, lambda x: _intrin("atan", x), "Elementwise arctangent.")
+sinh = _math("sinh", np.sinh, lambda x: _intrin("sinh", x), "Elementwise hyperbolic sine.")
+cosh = _math("cosh", np.cosh, lambda x: _intrin("cosh", x), "Elementwise hyperbolic cosine.")
+asinh = _math("asinh", np.arcsinh, lambda x: _intrin("asinh", x),
+              "Elementwise inverse hyperbolic sine.")
+acosh = _math("acosh", np.arccosh, lambda x: _intrin("acosh", x),
+              "Elementwise inverse hyperbolic cosine (nan below 1).")
+atanh = _math("atanh", np.arctanh, lambda x: _intrin("atanh", x),
+              "Elementwise inverse hyperbolic tangent (nan outside [-1, 1]).")
 
+# The loop IR has no bitwise operators yet: these ops have no kernel, so they are OPAQUE (FuseOps
+# leaves each alone) and a build runs them on the host from their numpy references.
 _bitwise_rel = _broadcast_relation((INT_DTYPES | {"bool"}, "an integer or bool "))
-bitwise_and = _binary("bitwise_and", np.bitwise_and, "Elementwise ``lhs & rhs`` of integers.",
-                      _bitwise_rel)
-bitwise_or = _binary("bitwise_or", np.bitwise_or, "Elementwise ``lhs | rhs`` of integers.",
-                     _bitwise_rel)
-bitwise_xor = _binary("bitwise_xor", np.bitwise_xor, "Elementwise ``lhs ^ rhs`` of integers.",
-                      _bitwise_rel)
-bitwise_not = _unary("bitwise_not", np.invert, "Elementwise ``~x`` of integers (every bit flipped).",
-                     _unary_relation((INT_DTYPES | {"bool"}, "an integer or bool ")))
+
+
+def _bitwise(name: str, func, doc: str, inputs=("lhs", "rhs"), rel=_bitwise_rel):
+    return register(OpDef(name, inputs, rel, OpPattern.OPAQUE, reference=_quiet(func),
+                          layout=broadcast_layout if len(inputs) == 2 else elemwise_layout,
+                          doc=doc + " (No kernel yet: a build runs it on the host.)"))
+
+
+bitwise_and = _bitwise("bitwise_and", np.bitwise_and, "Elementwise ``lhs & rhs`` of integers.")
+bitwise_or = _bitwise("bitwise_or", np.bitwise_or, "Elementwise ``lhs | rhs`` of integers.")
+bitwise_xor = _bitwise("bitwise_xor", np.bitwise_xor, "Elementwise ``lhs ^ rhs`` of integers.")
+bitwise_not = _bitwise("bitwise_not", np.invert, "Elementwise ``~x`` of integers (every bit "
+                       "flipped).", ("data",),
+                       _unary_relation((INT_DTYPES | {"bool"}, "an integer or bool ")))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -665,8 +658,9 @@ def _reinterpret_rel(types, attrs):
 _reinterpret_rel.relation_name = "ReinterpretRel"
 
 reinterpret = register(OpDef(
-    "reinterpret", ("data",), _reinterpret_rel, OpPattern.ELEMWISE, attrs={"dtype": None},
+    "reinterpret", ("data",), _reinterpret_rel, OpPattern.OPAQUE, attrs={"dtype": None},
     normalize=_normalize_reinterpret,
     reference=lambda x, attrs: np.array(x, order="C").view(attrs.dtype),
     doc="The same bits read as another dtype of the same element size (``float32`` as "
-        "``int32``); no value is converted."))
+        "``int32``); no value is converted. (No kernel yet: OPAQUE, a build runs it on the "
+        "host.)"))

@@ -575,7 +575,9 @@ INTRINSICS = {
     "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "rsqrt": lambda x: type(x)(1.0) / np.sqrt(x),
     "tanh": np.tanh, "sigmoid": _sigmoid, "erf": _erf, "abs": np.abs, "floor": np.floor,
     "ceil": np.ceil, "round": np.round, "sin": np.sin, "cos": np.cos, "pow": np.power,
-    "log2": np.log2, "exp2": np.exp2, "fmod": np.fmod,
+    "log2": np.log2, "exp2": np.exp2, "fmod": np.fmod, "tan": np.tan, "asin": np.arcsin,
+    "acos": np.arccos, "atan": np.arctan, "sinh": np.sinh, "cosh": np.cosh, "asinh": np.arcsinh,
+    "acosh": np.arccosh, "atanh": np.arctanh,
 }
 """Math intrinsics by name, with their scalar numpy meaning (the evaluator's table)."""
 

@@ -168,6 +168,15 @@ def _transcendental(name):
     return _unary(name, FLOATS)
 
 
+@cases("sin", "cos", "tan", "atan", "sinh", "cosh", "asinh", "asin", "acos", "atanh", "acosh")
+def _trigonometric(name):
+    """The C library's functions; asin, acos and atanh on (-1, 1), acosh from 1 up."""
+    lo, hi = {"asin": (-0.99, 0.99), "acos": (-0.99, 0.99), "atanh": (-0.99, 0.99),
+              "acosh": (1.0, 4.0)}.get(name, (-3.0, 3.0))
+    return [Case(name, [((3, 40), dt)], arrays=lambda rng, dt=dt: [
+        rng.uniform(lo, hi, size=(3, 40)).astype(dt)]) for dt in FLOATS]
+
+
 @cases("log", "sqrt", "rsqrt")
 def _positive_math(name):
     return _unary(name, FLOATS, domain="positive")

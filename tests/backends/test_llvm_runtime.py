@@ -447,3 +447,25 @@ def test_kernel_calls_release_the_gil(jit):
     from relaybench.backends.llvm import parallel_for
     parallel_for(body, 2, num_threads=2)
     assert results["seen"] == 7
+
+
+def test_a_cached_kernel_is_not_generated_again(monkeypatch):
+    """The cache key is the printed loop IR: a kernel found in the cache (memory or disk) skips
+    generating its LLVM IR, most of a build whose kernels are all cached."""
+    from relaybench import te
+    from relaybench.backends.llvm import codegen
+    X = te.placeholder((64,), name="X")
+    Y = te.compute((64,), lambda i: X[i] * 3.0 + 1.0, name="Y")
+    func = te.lower(te.create_schedule(Y), [X], name="affine_cached")
+    built = []
+    original = codegen._FunctionBuilder.build
+    monkeypatch.setattr(codegen._FunctionBuilder, "build",
+                        lambda self: built.append(self.func.name) or original(self))
+    first = codegen.build_kernel(func, cache=False)     # generated and compiled, not stored
+    assert built == ["affine_cached"]
+    second = codegen.build_kernel(func)                 # found in memory under the same key
+    assert built == ["affine_cached"] and second.compiled_module is first.compiled_module
+    x = np.arange(64, dtype="float32")
+    y = np.empty(64, "float32")
+    second(x, y)
+    np.testing.assert_array_equal(y, x * 3 + 1)

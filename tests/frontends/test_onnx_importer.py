@@ -175,6 +175,45 @@ def test_a_constant_condition_keeps_the_branch_over_graph_inputs():
     np.testing.assert_array_equal(run_interpreter(mod, params, x), x * x)
 
 
+def _doubling_loop(trip: int):
+    """``while sum(x) < limit and i < trip: x = 2 x; n += 1`` as an ONNX Loop: its condition
+    depends on the data, so it cannot be unrolled at import time."""
+    INT, BOOL = TensorProto.INT64, TensorProto.BOOL
+    body = helper.make_graph(
+        [helper.make_node("Mul", ["x_in", "two"], ["x_out"]),
+         helper.make_node("ReduceSum", ["x_out"], ["s"], keepdims=0),
+         helper.make_node("Less", ["s", "limit"], ["c_out"]),
+         helper.make_node("Add", ["n_in", "one"], ["n_out"])],
+        "body", [tensor("i", INT, []), tensor("c_in", BOOL, []), tensor("x_in", F, [3]),
+                 tensor("n_in", INT, [])],
+        [tensor("c_out", BOOL, []), tensor("x_out", F, [3]), tensor("n_out", INT, [])],
+        [helper.make_tensor("two", F, [], [2.0]), helper.make_tensor("one", INT, [], [1])])
+    return model([helper.make_node("Loop", ["M", "cond", "x0", "n0"], ["x", "n"], body=body)],
+                 [tensor("x0", F, [3]), tensor("cond", BOOL, []), tensor("limit", F, [])],
+                 [tensor("x", F, [3]), tensor("n", INT, [])],
+                 [helper.make_tensor("M", INT, [], [trip]), helper.make_tensor("n0", INT, [], [0])],
+                 opset=17)
+
+
+@pytest.mark.parametrize("trip, limit, expected_n", [(50, 100.0, 5), (3, 100.0, 3), (50, 1.0, 1)])
+def test_a_data_dependent_loop_becomes_a_recursive_function(trip, limit, expected_n):
+    """[1, 2, 3] doubles until its sum reaches the limit (5 times for 100: sum 192) or the trip
+    count ends it; the body runs once before the first test of its own condition (limit 1)."""
+    mod, _ = from_onnx(_doubling_loop(trip))
+    text = mod["main"].astext(show_meta_data=False)
+    assert "let %loop" in text and "%loop(" in text
+    x0 = np.array([1, 2, 3], "float32")
+    args = (x0, np.array(True), np.float32(limit))
+    expected = x0 * 2.0 ** expected_n
+    for kind in ("interpreter", "vm"):
+        x, n = rb.create_executor(kind, mod=mod, target="llvm").evaluate()(*args)
+        np.testing.assert_array_equal(x, expected)
+        assert int(n) == expected_n
+    ref = ReferenceEvaluator(_doubling_loop(trip)).run(None, {"x0": x0, "cond": np.array(True),
+                                                                "limit": np.float32(limit)})
+    np.testing.assert_array_equal(ref[0], expected)
+
+
 @pytest.mark.parametrize("opset", [11, 13])
 def test_opset_selects_the_converter(opset):
     """Squeeze takes its axes as an attribute before opset 13 and as an input from 13."""

@@ -518,7 +518,8 @@ _LLVM_INTRINSICS = {
     "floor": "llvm.floor", "ceil": "llvm.ceil", "round": "llvm.roundeven", "pow": "llvm.pow",
     "sin": "llvm.sin", "cos": "llvm.cos", "log2": "llvm.log2", "exp2": "llvm.exp2",
 }
-_LIBM = {"tanh": ("tanhf", "tanh"), "erf": ("erff", "erf")}
+_LIBM = {name: (name + "f", name) for name in ("tanh", "erf", "tan", "asin", "acos", "atan",
+                                              "sinh", "cosh", "asinh", "acosh", "atanh")}
 
 
 class _FunctionBuilder:
@@ -1576,18 +1577,24 @@ def build_kernel(func: L.PrimFunc, parallel: bool = True, *,
         builders = [_FunctionBuilder(func, module, parallel, name=f"kernel_{k}", body=nest,
                                      params=params, aligned=len(func.params))
                     for k, nest in enumerate(nests)]
-    try:
-        for builder in builders:
-            builder.build()
-            if builder.parallel_loop is not None:
-                _entry_trampoline(module, builder.fn)
-    except (TypeError, ValueError, AttributeError) as err:  # llvmlite rejects a construct
-        raise CompileError(f"kernel {func.name}: LLVM code generation failed: {err}") from err
+
+    def generate():
+        # the function bodies, made only when the kernel is in neither the memory nor the disk
+        # cache (making them is most of a build whose kernels are all cached)
+        try:
+            for builder in builders:
+                builder.build()
+                if builder.parallel_loop is not None:
+                    _entry_trampoline(module, builder.fn)
+        except (TypeError, ValueError, AttributeError) as err:  # llvmlite rejects a construct
+            raise CompileError(f"kernel {func.name}: LLVM code generation failed: {err}") from err
+        return module
+
     shape = "phases" if phases is not None else (
         f"parallel={builders[0].parallel_loop is not None}")
     key_text = (f"{_CODEGEN_VERSION}\n{shape}\nwide={builders[0].vectorize_wide}\n"
                 f"int8={builders[0].int8_path}\n{loops_text}")
-    compiled = compile_module(module, key=key_text, name=func.name, cache=cache)
+    compiled = compile_module(generate, key=key_text, name=func.name, cache=cache)
     stored = _stored_buffers(func.body)
     # a symbolic extent accepts any size here; the caller checks it against the sizes it passes
     specs = [TensorSpec(b.name, tuple(d if isinstance(d, int) else None for d in b.shape), b.dtype,

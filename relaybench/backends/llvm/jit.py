@@ -348,15 +348,19 @@ class JIT:
 
     def compile_module(self, module, *, key: str | None = None, cache: bool = True,
                        name: str = "module") -> CompiledModule:
-        """Compile ``module`` (an ``llvmlite.ir.Module`` or LLVM IR text) and load it.
+        """Compile ``module`` (an ``llvmlite.ir.Module`` or LLVM IR text, or with a ``key`` a
+        function that makes one) and load it.
 
         ``key`` replaces the IR text in the cache key when the caller has a better name for the
-        kernel (printed loop IR, say). ``cache=False`` neither reads nor writes the disk cache.
+        kernel (printed loop IR, say); ``module`` may then be a function called only when the
+        module must be compiled. ``cache=False`` neither reads nor writes the disk cache.
         ``name`` names the module in error messages. Raises :class:`CompileError` when LLVM
         rejects the IR.
         """
-        # printing a module is a large part of a build whose kernels are all cached: with a
-        # key, the text is made only when the module must be compiled
+        # making and printing a module is most of a build whose kernels are all cached: with a
+        # key, the module is made and printed only when it must be compiled
+        if key is None and callable(module):
+            raise TypeError("compile_module: a module made on demand needs a key")
         text = str(module) if key is None else None
         digest = cache_key(text if key is None else key, self.target.identity)
         with self.lock:
@@ -368,7 +372,9 @@ class JIT:
             entry = self.cache.load(digest) if cache else None
             origin = "disk"
             if entry is None:
-                entry = self._compile(str(module) if text is None else text, digest, name)
+                if text is None:
+                    text = str(module() if callable(module) else module)
+                entry = self._compile(text, digest, name)
                 origin = "compiled"
                 if cache:
                     self.cache.store(digest, entry)

@@ -108,6 +108,7 @@ global goto half if inline int kernel local long private read_only register rest
 short signed sizeof static struct switch typedef uchar uint ulong union unsigned ushort void
 volatile while write_only true false abs ceil cos erf exp exp2 fabs floor fmod isnan log log2
 max min pow rint sin sqrt tanh barrier get_group_id get_local_id select clamp mix sign step
+tan asin acos atan sinh cosh asinh acosh atanh
 """.split())
 
 
@@ -745,6 +746,8 @@ class _Writer:
         "sin": "sin({0})", "cos": "cos({0})", "pow": "pow({0}, {1})", "log2": "log2({0})",
         "exp2": "exp2({0})", "fmod": "fmod({0}, {1})", "abs": "fabs({0})",
         "rsqrt": "(({t})1 / sqrt({0}))", "sigmoid": "(({t})1 / (({t})1 + exp(-({0}))))",
+        **{name: name + "({0})" for name in ("tan", "asin", "acos", "atan", "sinh", "cosh",
+                                             "asinh", "acosh", "atanh")},
     }
 
     def _call(self, e):
