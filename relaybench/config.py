@@ -118,6 +118,10 @@ KNOBS: Mapping[str, Knob] = _table(
          "output per work item), tiled (work groups of output tiles, input and weight chunks "
          "in local memory), auto (tiled where the shape suits it); the rule name in "
          "lib.profile() says which ran"),
+    Knob("RB_WINOGRAD", "str", "auto",
+         "Winograd convolution on llvm for float32 3x3 stride-1 convolutions (one group): auto "
+         "(where the layout rule expects it to win), on (every such convolution, tile size by "
+         "the rule), 2 or 4 (every one, F(2x2,3x3) or F(4x4,3x3)), off (never)"),
     Knob("RB_AUTOTUNE_LOG", "str", "shipped",
          "a tuning log (JSON lines, relaybench.autotune) whose best config per workload every "
          "llvm build uses, as inside apply_history_best; 'shipped' for the logs shipped with "

@@ -47,7 +47,7 @@ def task_function(workload: Workload):
                             data_layout=attrs["data_layout"],
                             kernel_layout=attrs["kernel_layout"],
                             out_layout=attrs["out_layout"], out_dtype=workload.out_dtype)
-    elif workload.template == "dense":
+    elif workload.template in ("dense", "dense_rows"):
         body = op.nn.dense(*params)
     else:
         raise ValueError(f"no task for template {workload.template!r}")

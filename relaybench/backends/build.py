@@ -244,9 +244,9 @@ def _opencl_stats() -> dict:
     return dict(runtime.stats) if runtime is not None else {}
 
 
-def _llvm_kernel(func, target: Target):
+def _llvm_kernel(func, target: Target, plan=None):
     from .llvm import build_kernel
-    return build_kernel(func)
+    return build_kernel(func, plan=plan)
 
 
 def _opencl_kernel(func, target: Target):
@@ -305,6 +305,7 @@ def compile_groups(functions: Iterable[Function], target=None, stats: CompileSta
     by_identity: dict = {}
     by_hash: dict = {}
     names: dict = {}
+    pending: list = []   # [(func, name, its GroupKernel or the lowering to generate code for)]
     for func in functions:
         if func in by_identity:
             continue
@@ -316,10 +317,66 @@ def compile_groups(functions: Iterable[Function], target=None, stats: CompileSta
             count = names.get(base, 0)
             names[base] = count + 1
             name = base if count == 0 else f"{base}_{count}"
-            found = _compile_one(func, name, target, stats, num_threads)
+            found = [func, name, _lower_one(func, name, target, stats)]
+            pending.append(found)
             bucket.append((func, found))
         by_identity[func] = found
-    return by_identity
+    # every group lowered: the code generator may compile the kernels on several cores at once
+    plans = _prefetch(pending, stats)
+    for entry in pending:
+        func, name, lowered = entry
+        if not isinstance(lowered, GroupKernel):
+            plan, ahead = plans.get(id(lowered[0].prim_func), (None, 0.0))
+            lowered = _generate_one(func, name, lowered, stats, num_threads, plan, ahead)
+        entry[2] = lowered
+    return {func: entry[2] for func, entry in by_identity.items()}
+
+
+def _llvm_prefetch(prim_funcs: list) -> dict:
+    """Compile the LLVM kernels of ``prim_funcs`` no cache holds, several at once; returns
+    ``{id(prim_func): (its KernelPlan for _llvm_kernel, its share of the seconds spent here)}``:
+    the time to plan it, and of LLVM's time with the others its part by its own LLVM seconds."""
+    from .llvm.codegen import KernelPlan, compile_ahead
+    start = time.perf_counter()
+    plans, spent = {}, {}
+    for prim_func in prim_funcs:
+        t0 = time.perf_counter()
+        try:
+            plans[id(prim_func)] = KernelPlan(prim_func)
+        except Exception:  # raised again, naming the group, when its kernel is built
+            continue
+        spent[id(prim_func)] = time.perf_counter() - t0
+    if not plans:
+        return {}
+    t0 = time.perf_counter()
+    llvm = compile_ahead(list(plans.values())) if len(plans) > 1 else {}
+    pool = time.perf_counter() - t0
+    weights = {k: llvm.get(plan.key_text, 0.0) for k, plan in plans.items()}
+    total = sum(weights.values())
+    for k in plans:
+        spent[k] += pool * (weights[k] / total if total > 0 else 1.0 / len(plans))
+    rest = (time.perf_counter() - start - sum(spent.values())) / len(plans)
+    return {k: (plan, spent[k] + rest) for k, plan in plans.items()}
+
+
+#: target kind -> compiles a build's kernels ahead of the one-by-one code generation: list of
+#: PrimFuncs -> {id(prim_func): (what CODE_GENERATORS takes as ``plan``, seconds spent on it)}
+CODE_PREFETCHERS = {"llvm": _llvm_prefetch}
+
+
+def _prefetch(pending: list, stats: CompileStats) -> dict:
+    by_kind: dict = {}
+    for _, _, lowered in pending:
+        if not isinstance(lowered, GroupKernel):
+            by_kind.setdefault(lowered[2].kind, []).append(lowered[0].prim_func)
+    plans: dict = {}
+    for kind, prim_funcs in by_kind.items():
+        prefetch = CODE_PREFETCHERS.get(kind)
+        if prefetch is not None:
+            found = prefetch(prim_funcs)
+            stats.compile_seconds += sum(seconds for _, seconds in found.values())
+            plans.update(found)
+    return plans
 
 
 def _accel_kernel(func: Function, name: str, target: Target, stats: CompileStats):
@@ -347,8 +404,9 @@ def _accel_kernel(func: Function, name: str, target: Target, stats: CompileStats
     return GroupKernel(name, func, None, kernel, compile_seconds=seconds)
 
 
-def _compile_one(func: Function, name: str, target: Target, stats: CompileStats,
-                 num_threads: Optional[int]) -> GroupKernel:
+def _lower_one(func: Function, name: str, target: Target, stats: CompileStats):
+    """The group's GroupKernel when it needs no code generation (an accelerator kernel, one the
+    host runs), else ``(LoweredFunc, lowering seconds, the target to generate code for)``."""
     from .lowering import lower_primitive
 
     if target.kind == "accel":
@@ -371,14 +429,25 @@ def _compile_one(func: Function, name: str, target: Target, stats: CompileStats,
         raise
     except Exception as err:  # a failure inside a compute or a schedule rule: name the group
         raise CompileError(f"{where}: lowering failed: {type(err).__name__}: {err}") from err
+    seconds = time.perf_counter() - t0
+    stats.lower_seconds += seconds
+    return lowered, seconds, target
+
+
+def _generate_one(func: Function, name: str, lowering: tuple, stats: CompileStats,
+                  num_threads: Optional[int], plan=None, ahead: float = 0.0) -> GroupKernel:
+    """Generate the code of a lowered group; ``plan`` and ``ahead`` (its seconds, counted in
+    ``stats`` already) come from the target's prefetcher, when it has one."""
+    lowered, lower_seconds, target = lowering
+    where = f"fused group {name}"
     t1 = time.perf_counter()
-    stats.lower_seconds += t1 - t0
     generate = CODE_GENERATORS.get(target.kind)
     if generate is None:
         raise CompileError(f"{where}: no code generator for target {target}")
     jit_before = _jit_stats()
     try:
-        compiled = generate(lowered.prim_func, target)
+        compiled = (generate(lowered.prim_func, target) if plan is None
+                    else generate(lowered.prim_func, target, plan=plan))
     except RelayError as err:
         if str(err).startswith(where):
             raise
@@ -390,8 +459,8 @@ def _compile_one(func: Function, name: str, target: Target, stats: CompileStats,
     stats.compile_seconds += t2 - t1
     from .graph_executor import contiguous
     constants = [contiguous(c) for c in lowered.constants]
-    kernel = GroupKernel(name, func, lowered, compiled, lower_seconds=t1 - t0,
-                         compile_seconds=t2 - t1, constants=constants)
+    kernel = GroupKernel(name, func, lowered, compiled, lower_seconds=lower_seconds,
+                         compile_seconds=t2 - t1 + ahead, constants=constants)
     # where its machine code came from, for the compile-time view (relaybench.viz.compile_time):
     # "compiled" (LLVM ran), "disk" (the kernel cache) or "memory" (loaded in this process)
     jit_after = _jit_stats()

@@ -176,6 +176,25 @@ class Constant(_NodeRepr, Expr):
         arr.setflags(write=False)
         object.__setattr__(self, "data", arr)
 
+    @classmethod
+    def adopt(cls, array: np.ndarray) -> "Constant":
+        """A constant holding ``array`` itself, made read-only, rather than a copy: for an array
+        just computed that nothing else will write (a folded value). An array that does not own
+        its memory (a view) is copied as the constructor does.
+
+        >>> a = np.arange(3.0)
+        >>> c = Constant.adopt(a)
+        >>> c.data is a, a.flags.writeable
+        (True, False)
+        """
+        if type(array) is not np.ndarray or array.base is not None:
+            return cls(array)
+        check_dtype(array.dtype)
+        array.setflags(write=False)
+        node = object.__new__(cls)
+        object.__setattr__(node, "data", array)
+        return node
+
     @property
     def tensor_type(self) -> TensorType:
         return TensorType(self.data.shape, self.data.dtype.name)

@@ -37,6 +37,9 @@ from .symbolic import ANY, as_dim, floordiv, mul
 
 __all__ = ["Layout", "LayoutAxis", "BijectiveLayout"]
 
+#: how many distinct layout strings are kept parsed before the table starts over
+_INTERN_LIMIT = 4096
+
 
 class LayoutAxis:
     """One axis of a layout: a letter, and for a sub-axis (lower case) its block factor."""
@@ -108,21 +111,41 @@ class Layout:
     """A parsed layout string (``"NCHW"``, ``"NHWC"``, ``"NCHW16c"``, ``"OIHW16i16o"``).
 
     ``Layout("")`` is the undefined layout (``is_undef``). Layouts compare by their string.
+    A layout is immutable, so each string is parsed once: ``Layout("NCHW")`` called again gives
+    back the same object (shape relations build layouts on every call they check).
     """
 
-    __slots__ = ("name", "axes", "_index")
+    __slots__ = ("name", "axes", "_index", "_primal")
 
-    def __init__(self, name: Union[str, "Layout"]):
+    #: string -> its Layout, filled as layouts are first made (bounded by _INTERN_LIMIT)
+    _interned: dict = {}
+
+    def __new__(cls, name: Union[str, "Layout"]):
         if isinstance(name, Layout):
+            if type(name) is cls:
+                return name
             name = name.name
         if not isinstance(name, str):
             raise TypeError(f"a layout is a string like 'NCHW', not {name!r}")
         if name == "__undef__":
             name = ""
+        known = cls._interned.get(name) if cls is Layout else None
+        if known is not None:
+            return known
         axes = _parse(name)
+        self = object.__new__(cls)
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "axes", axes)
         object.__setattr__(self, "_index", {ax.name: i for i, ax in enumerate(axes)})
+        object.__setattr__(self, "_primal", "".join(ax.name for ax in axes if ax.is_primal))
+        if cls is Layout:
+            if len(cls._interned) >= _INTERN_LIMIT:
+                cls._interned.clear()
+            cls._interned[name] = self
+        return self
+
+    def __reduce__(self):
+        return (type(self), (self.name,))
 
     def __setattr__(self, key, value):
         raise AttributeError("Layout is immutable")
@@ -142,7 +165,7 @@ class Layout:
     @property
     def primal(self) -> str:
         """The primal axes in order: ``"NCHW"`` for ``NCHW16c``."""
-        return "".join(ax.name for ax in self.axes if ax.is_primal)
+        return self._primal
 
     @property
     def is_blocked(self) -> bool:

@@ -26,5 +26,6 @@ from . import reduce  # noqa: F401,E402
 from .reduce import *  # noqa: F401,F403,E402
 from . import image  # noqa: F401,E402
 from . import annotation  # noqa: F401,E402
+from . import winograd  # noqa: F401,E402
 from . import shape_funcs  # noqa: F401,E402  (the FShapeFunc of every op, level 0)
 from ._relay_ops import RELAY_MISSING, missing  # noqa: F401,E402

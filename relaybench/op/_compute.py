@@ -1083,29 +1083,35 @@ def conv2d_transpose_compute(inputs, attrs, out_type):
 # ---------------------------------------------------------------------------------------------
 # Image resizing (image.py)
 
-def _resize_coordinate(index, out_size: int, in_size: int, mode: str, start: float, end: float):
+def _resize_coordinate(index, out_size: int, in_size: int, mode: str, start: float, end: float,
+                       scale=None):
     """The float32 input coordinate of output position ``index`` along one axis, with the
-    reference's operations in its order (the constants folded in float32 as it folds them)."""
+    reference's operations in its order (the constants folded in float32 as it folds them);
+    ``scale``: the axis's given scale (None: ``out / in``)."""
     import numpy as np
+
+    from .image import resize_ratio
     f = np.float32
     x = te.cast("float32", index)
-    n_in, n_out = f(in_size), f(out_size)
-    scale = n_in / n_out
+    n_in = f(in_size)
+    ratio, length = resize_ratio(out_size, in_size, scale)
     def k(v):
         return loop_ir.const(float(f(v)), "float32")
-    if mode == "half_pixel" or (mode == "pytorch_half_pixel" and out_size > 1):
-        return (x + k(0.5)) * k(scale) - k(0.5)
-    if mode == "pytorch_half_pixel" or (mode == "align_corners" and out_size == 1):
+    if mode == "half_pixel" or (mode == "pytorch_half_pixel" and length != 1):
+        return (x + k(0.5)) * k(ratio) - k(0.5)
+    if mode == "half_pixel_symmetric":
+        return (x + k(0.5)) * k(ratio) + k(in_size / 2 * (1 - out_size / length) - 0.5)
+    if mode == "pytorch_half_pixel" or (mode == "align_corners" and length == 1):
         return k(0.0)
     if mode == "align_corners":
-        return k((n_in - f(1)) / f(out_size - 1)) * x
+        return k((n_in - f(1)) / f(length - 1)) * x
     if mode == "asymmetric":
-        return k(scale) * x
+        return k(ratio) * x
     if mode == "tf_half_pixel_for_nn":
-        return (x + k(0.5)) * k(scale)
+        return (x + k(0.5)) * k(ratio)
     s, e = f(start), f(end)          # tf_crop_and_resize
-    if out_size > 1:
-        return k(s * (n_in - f(1))) + x * k(e - s) * k(n_in - f(1)) / k(f(out_size - 1))
+    if length != 1:
+        return k(s * (n_in - f(1))) + x * k(e - s) * k(n_in - f(1)) / k(f(length - 1))
     return k(f(0.5) * (s + e) * (n_in - f(1)))
 
 
@@ -1139,13 +1145,49 @@ def _cubic_weights(t, alpha: float, calc: str):
             k(-a) * t3 + k(a) * t2]
 
 
-def _resize_taps(c, extent: int, attrs, calc: str):
+def _antialias_kernel(d, count: int, alpha: float, calc: str):
+    """The linear (``count`` 2) or cubic kernel at the scaled distance ``d``, as the reference
+    forms it."""
+    def k(v):
+        return loop_ir.const(float(v), calc)
+    d = te.abs(d)
+    if count == 2:
+        return te.maximum(k(1) - d, k(0))
+    a = k(alpha)
+    d2 = d * d
+    d3 = d * d * d
+    near = (a + k(2)) * d3 - (a + k(3)) * d2 + k(1)
+    far = a * d3 - k(5) * a * d2 + k(8) * a * d - k(4) * a
+    return te.if_then_else(d <= k(1), near, te.if_then_else(d < k(2), far, k(0)))
+
+
+def _resize_taps(c, extent: int, attrs, calc: str, antialias=None):
     """Clamped neighbour indices and weights of coordinate ``c`` along one axis: two for
     ``linear``, four for ``cubic`` (weights of neighbours outside the image zeroed and the rest
-    renormalized under ``cubic_exclude``)."""
+    renormalized under ``cubic_exclude``); with ``antialias`` (the scale of a downsampling), the
+    stretched kernel over every neighbour it reaches, normalized."""
     floor = te.floor(c)
     base = te.cast("int64", floor)
     t = te.cast(calc, c - floor)
+    count = 2 if attrs.method == "linear" else 4
+    if antialias is not None and antialias < 1:
+        import numpy as np
+
+        from .image import antialias_offsets
+        offsets = antialias_offsets(count, antialias)
+        firsts = [base + i for i in offsets]
+        s = loop_ir.const(float(np.dtype(calc).type(antialias)), calc)
+        weights = [_antialias_kernel((loop_ir.const(float(i), calc) - t) * s, count,
+                                     attrs.cubic_alpha, calc) for i in offsets]
+        zero, one = loop_ir.const(0.0, calc), loop_ir.const(1.0, calc)
+        if attrs.cubic_exclude:
+            weights = [te.if_then_else((j < 0) | (j >= extent), zero, w)
+                       for j, w in zip(firsts, weights)]
+        total = weights[0]
+        for w in weights[1:]:
+            total = total + w
+        total = te.if_then_else(total == zero, one, total)
+        return [clamp(j, extent) for j in firsts], [w / total for w in weights]
     if attrs.method == "linear":
         firsts, weights = [base, base + 1], [loop_ir.const(1.0, calc) - t, t]
     else:
@@ -1166,6 +1208,7 @@ def resize2d_compute(inputs, attrs, out_type):
     computed in float32 (float64 for float64 data) and cast to the output dtype, as the
     reference does."""
     from ..ir.layout import Layout
+    from .image import antialias_scale
     (x,) = inputs
     layout = Layout(attrs.layout)
     hi, wi = layout.index_of("H"), layout.index_of("W")
@@ -1174,17 +1217,18 @@ def resize2d_compute(inputs, attrs, out_type):
     mode, roi = attrs.coordinate_transformation_mode, attrs.roi
     calc = "float64" if x.dtype == "float64" else "float32"
     dt = out_type.dtype
+    sy, sx = getattr(attrs, "scale", None) or (None, None)
 
     def body(*i):
-        cy = _resize_coordinate(i[hi], out_h, h, mode, roi[0], roi[2])
-        cx = _resize_coordinate(i[wi], out_w, w, mode, roi[1], roi[3])
+        cy = _resize_coordinate(i[hi], out_h, h, mode, roi[0], roi[2], sy)
+        cx = _resize_coordinate(i[wi], out_w, w, mode, roi[1], roi[3], sx)
         if attrs.method == "nearest_neighbor":
             rounding = attrs.rounding_method or ("round" if mode == "align_corners" else "floor")
             iy, ix = clamp(_resize_round(cy, rounding), h), clamp(_resize_round(cx, rounding), w)
             value = te.cast(calc, x[_at_hw(i, hi, wi, iy, ix)])
         else:
-            ys, wys = _resize_taps(cy, h, attrs, calc)
-            xs, wxs = _resize_taps(cx, w, attrs, calc)
+            ys, wys = _resize_taps(cy, h, attrs, calc, antialias_scale(attrs, 0, out_h, h))
+            xs, wxs = _resize_taps(cx, w, attrs, calc, antialias_scale(attrs, 1, out_w, w))
             value = None
             for yi, wy in zip(ys, wys):
                 col = None
@@ -1444,24 +1488,27 @@ def resize_nd_compute(spatial: str, name: str):
     output dtype."""
     def compute(inputs, attrs, out_type):
         from ..ir.layout import Layout
+        from .image import antialias_scale
         (x,) = inputs
         layout = Layout(attrs.layout)
         axes = [layout.index_of(a) for a in spatial]
         extents = [x.shape[a] for a in axes]
         n_sp = len(spatial)
         mode, roi = attrs.coordinate_transformation_mode, attrs.roi
+        scales = getattr(attrs, "scale", None) or (None,) * n_sp
         calc = "float64" if x.dtype == "float64" else "float32"
         dt = out_type.dtype
 
         def body(*i):
-            coords = [_resize_coordinate(i[axis], out, n, mode, roi[j], roi[n_sp + j])
+            coords = [_resize_coordinate(i[axis], out, n, mode, roi[j], roi[n_sp + j], scales[j])
                       for j, (axis, out, n) in enumerate(zip(axes, attrs.size, extents))]
             if attrs.method == "nearest_neighbor":
                 rounding = attrs.rounding_method or ("round" if mode == "align_corners" else "floor")
                 near = [clamp(_resize_round(c, rounding), n) for c, n in zip(coords, extents)]
                 value = te.cast(calc, x[_at(i, axes, near)])
             else:
-                taps = [_resize_taps(c, n, attrs, calc) for c, n in zip(coords, extents)]
+                taps = [_resize_taps(c, n, attrs, calc, antialias_scale(attrs, j, out, n))
+                        for j, (c, out, n) in enumerate(zip(coords, attrs.size, extents))]
 
                 def combine(k, positions):
                     if k == n_sp:

@@ -48,8 +48,6 @@ RELAY_MISSING: dict = {
     "nn.sparse_add": "sparse", "nn.sparse_conv2d": "sparse",
     "nn.internal.sparse_dense_padded": "sparse", "nn.bitpack": "bitserial",
     "nn.bitserial_conv2d": "bitserial", "nn.bitserial_dense": "bitserial",
-    "nn.contrib_conv2d_winograd_without_weight_transform": "variant",
-    "nn.contrib_conv2d_winograd_weight_transform": "variant",
     "nn.contrib_conv2d_winograd_nnpack_weight_transform": "variant",
     "nn.contrib_conv2d_gemm_without_weight_transform": "variant",
     "nn.contrib_conv2d_gemm_weight_transform": "variant",

@@ -20,6 +20,13 @@ The numpy reference follows TVM's kernel (``topi.image.resize2d``) step by step:
 * ``tf_half_pixel_for_nn``: ``(x + 0.5) * in / out``
 * ``tf_crop_and_resize``: ``roi`` start plus ``x`` steps across the roi (pixels outside the input
   become ``extrapolation_value``),
+* ``half_pixel_symmetric``: ``half_pixel`` shifted so that the output stays centred on the input
+  when ``size`` is not exactly ``in * scale``: ``in / 2 * (1 - out / (in * scale))`` is added
+  (0 without ``scale``),
+
+where ``in / out`` is the scale's inverse: ``scale`` (one float per resized axis, ONNX Resize's
+``scales``) makes the mapping use ``1 / scale`` and an output length of ``in * scale`` (of which
+``size`` is the floor) in place of ``out``; without it the scale is ``out / in``,
 
 computed in float32 as TVM does, for every data dtype (float64 data too), each operation
 rounded to float32 in the reference and in compiled kernels alike (the code generator does not
@@ -30,9 +37,18 @@ picks the same pixel everywhere. ``nearest_neighbor`` then rounds the coordinate
 ``linear`` interpolates the two neighbours along each axis (width first, then height) with
 ``a * (1 - t) + b * t``, neighbours clamped into the image; ``cubic`` uses the four neighbours
 and the cubic convolution weights of ``cubic_alpha`` (``cubic_exclude=1`` zeroes the weights of
-neighbours outside the image and renormalizes). Pixel values are computed in float32 (float64
-for float64 data, where TVM would use float32) and cast to ``out_dtype``, truncating toward zero
-for integer types.
+neighbours outside the image and renormalizes). ``antialias=1`` makes a ``linear`` or
+``cubic`` downsampling (scale below 1) a low-pass filter, as ONNX Resize does: the kernel
+stretched by ``1 / scale`` (``max(0, 1 - |d * scale|)``, or the cubic kernel at ``d * scale``)
+over every neighbour it reaches (``2 * ceil(1 / scale)`` for linear, ``2 * ceil(2 / scale)``
+for cubic, clamped into the image), the weights normalized to sum 1. Pixel values are computed
+in float32 (float64 for float64 data, where TVM would use float32) and cast to ``out_dtype``,
+truncating toward zero for integer types.
+
+>>> x = np.arange(8, dtype="float32").reshape(1, 1, 1, 8)
+>>> smooth = resize2d(rb.const(x), size=(1, 4), method="linear", scale=(1.0, 0.5), antialias=1)
+>>> rb.create_executor("interpreter").evaluate(smooth)
+array([[[[0.625, 2.5  , 4.5  , 6.375]]]], dtype=float32)
 """
 
 from __future__ import annotations
@@ -49,7 +65,7 @@ __all__ = ["resize1d", "resize2d", "resize3d"]
 
 _METHODS = ("nearest_neighbor", "linear", "cubic")
 _COORDINATE_MODES = ("half_pixel", "align_corners", "asymmetric", "pytorch_half_pixel",
-                     "tf_half_pixel_for_nn", "tf_crop_and_resize")
+                     "tf_half_pixel_for_nn", "tf_crop_and_resize", "half_pixel_symmetric")
 _ROUNDING = ("", "round", "round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
 
 
@@ -70,9 +86,24 @@ def _choice(value, name: str, options) -> str:
     return value
 
 
+def _scale_and_antialias(a: dict, n: int) -> None:
+    """Check ``scale`` (None, or ``n`` positive numbers) and ``antialias`` (0 or 1)."""
+    if a["scale"] is not None:
+        if not isinstance(a["scale"], (list, tuple)) or len(a["scale"]) != n:
+            raise ValueError(f"scale must have {n} values (one per resized axis), got "
+                             f"{a['scale']!r}")
+        a["scale"] = tuple(_number(v, "scale") for v in a["scale"])
+        if not all(np.isfinite(v) and v > 0 for v in a["scale"]):
+            raise ValueError(f"scale must be positive, got {a['scale']!r}")
+    a["antialias"] = as_int(a["antialias"], "antialias", minimum=0)
+    if a["antialias"] > 1:
+        raise ValueError(f"antialias must be 0 or 1, got {a['antialias']}")
+
+
 def _normalize_resize2d(a: dict) -> dict:
     if a["size"] is not None:
         a["size"] = int_tuple(a["size"], (2,), "size", minimum=1)
+    _scale_and_antialias(a, 2)
     roi = (0.0,) * 4 if a["roi"] is None else a["roi"]
     if not isinstance(roi, (list, tuple)) or len(roi) != 4:
         raise ValueError(f"roi must have 4 values (start_h, start_w, end_h, end_w), got {roi!r}")
@@ -118,27 +149,40 @@ def resize2d_rel(types, attrs):
 
 # ---- the numpy reference -----------------------------------------------------------------------
 
-def _source_coords(out_size: int, in_size: int, mode: str, start: float, end: float):
+def resize_ratio(out_size: int, in_size: int, scale=None) -> tuple:
+    """``(in / out in float32, the output length)`` of one axis: ``in / out`` and ``out`` without
+    a ``scale``, ``1 / scale`` and ``in * scale`` with one (the reference and the compute share
+    it)."""
+    f = np.float32
+    if scale is None:
+        return f(in_size) / f(out_size), float(out_size)
+    return f(1.0 / scale), float(scale) * in_size
+
+
+def _source_coords(out_size: int, in_size: int, mode: str, start: float, end: float,
+                   scale=None):
     """The input coordinate of every output position along one axis, in float32 (TVM's order of
     operations)."""
     f = np.float32
     x = np.arange(out_size, dtype=f)
-    n_in, n_out = f(in_size), f(out_size)
-    scale = n_in / n_out
+    n_in = f(in_size)
+    ratio, length = resize_ratio(out_size, in_size, scale)
     if mode in ("half_pixel", "pytorch_half_pixel"):
-        c = (x + f(0.5)) * scale - f(0.5)
-        if mode == "pytorch_half_pixel" and out_size == 1:
+        c = (x + f(0.5)) * ratio - f(0.5)
+        if mode == "pytorch_half_pixel" and length == 1:
             c = np.zeros_like(x)
+    elif mode == "half_pixel_symmetric":
+        c = (x + f(0.5)) * ratio + f(in_size / 2 * (1 - out_size / length) - 0.5)
     elif mode == "align_corners":
-        c = (n_in - f(1)) / f(out_size - 1) * x if out_size > 1 else np.zeros_like(x)
+        c = (n_in - f(1)) / f(length - 1) * x if length != 1 else np.zeros_like(x)
     elif mode == "asymmetric":
-        c = scale * x
+        c = ratio * x
     elif mode == "tf_half_pixel_for_nn":
-        c = (x + f(0.5)) * scale
+        c = (x + f(0.5)) * ratio
     else:  # tf_crop_and_resize
         s, e = f(start), f(end)
-        if out_size > 1:
-            c = s * (n_in - f(1)) + x * (e - s) * (n_in - f(1)) / f(out_size - 1)
+        if length != 1:
+            c = s * (n_in - f(1)) + x * (e - s) * (n_in - f(1)) / f(length - 1)
         else:
             c = np.full_like(x, f(0.5) * (s + e) * (n_in - f(1)))
     return c.astype(f)
@@ -167,10 +211,43 @@ def _cubic_weights(t, alpha):
             -alpha * t3 + alpha * t2]
 
 
-def _taps(c, extent: int, count: int, calc, alpha=None, exclude=0):
-    """Clamped neighbour indices and their weights along one axis (``count`` 2: linear, 4: cubic)."""
+def antialias_offsets(count: int, scale: float) -> range:
+    """The neighbours (offsets from ``floor(c)``) an antialiased kernel of support ``count / 2``
+    (linear 1, cubic 2) reaches at ``scale`` below 1."""
+    start = int(np.floor(-(count // 2) / scale)) + 1
+    return range(start, 2 - start)
+
+
+def _antialias_kernel(d, count: int, alpha, calc):
+    """The linear (``count`` 2) or cubic kernel at distance ``d`` (already scaled)."""
+    d = np.abs(d)
+    if count == 2:
+        return np.maximum(calc(1) - d, calc(0))
+    a = calc(alpha)
+    d2, d3 = d * d, d * d * d
+    near = (a + calc(2)) * d3 - (a + calc(3)) * d2 + calc(1)
+    far = a * d3 - calc(5) * a * d2 + calc(8) * a * d - calc(4) * a
+    return np.where(d <= 1, near, np.where(d < 2, far, calc(0))).astype(calc)
+
+
+def _taps(c, extent: int, count: int, calc, alpha=None, exclude=0, antialias=None):
+    """Clamped neighbour indices and their weights along one axis (``count`` 2: linear, 4: cubic;
+    ``antialias``: the scale of an antialiased downsampling)."""
     base = np.floor(c).astype(np.int64)
     t = (c - np.floor(c)).astype(calc)
+    if antialias is not None and antialias < 1:
+        offsets = antialias_offsets(count, antialias)
+        s = calc(antialias)
+        weights = [_antialias_kernel((calc(i) - t) * s, count, alpha, calc) for i in offsets]
+        if exclude:
+            weights = [np.where((base + i < 0) | (base + i >= extent), calc(0), w)
+                       for i, w in zip(offsets, weights)]
+        total = weights[0]
+        for w in weights[1:]:
+            total = total + w
+        total = np.where(total == 0, calc(1), total)
+        index = [np.clip(base + i, 0, extent - 1) for i in offsets]
+        return index, [w / total for w in weights]
     if count == 2:
         weights = [calc(1) - t, t]
         first = base
@@ -186,6 +263,14 @@ def _taps(c, extent: int, count: int, calc, alpha=None, exclude=0):
     return index, weights
 
 
+def antialias_scale(attrs, j: int, out_size: int, in_size: int):
+    """The scale of axis ``j`` when ``antialias`` is on (``scale`` or ``out / in``), else None."""
+    if not getattr(attrs, "antialias", 0):
+        return None
+    scale = getattr(attrs, "scale", None)
+    return scale[j] if scale is not None else out_size / in_size
+
+
 def _resize_nchw(x, attrs):
     out_h, out_w = attrs.size
     _, _, h, w = x.shape
@@ -193,8 +278,9 @@ def _resize_nchw(x, attrs):
     roi = attrs.roi
     calc = np.float64 if x.dtype == np.float64 else np.float32
     data = x.astype(calc)
-    cy = _source_coords(out_h, h, mode, roi[0], roi[2])
-    cx = _source_coords(out_w, w, mode, roi[1], roi[3])
+    sy, sx = attrs.scale or (None, None)
+    cy = _source_coords(out_h, h, mode, roi[0], roi[2], sy)
+    cx = _source_coords(out_w, w, mode, roi[1], roi[3], sx)
     if attrs.method == "nearest_neighbor":
         rounding = attrs.rounding_method or ("round" if mode == "align_corners" else "floor")
         iy = np.clip(_round_nearest(cy, rounding), 0, h - 1)
@@ -202,8 +288,10 @@ def _resize_nchw(x, attrs):
         out = data[:, :, iy[:, None], ix[None, :]]
     else:
         count = 2 if attrs.method == "linear" else 4
-        ys, wy = _taps(cy, h, count, calc, attrs.cubic_alpha, attrs.cubic_exclude)
-        xs, wx = _taps(cx, w, count, calc, attrs.cubic_alpha, attrs.cubic_exclude)
+        ys, wy = _taps(cy, h, count, calc, attrs.cubic_alpha, attrs.cubic_exclude,
+                       antialias_scale(attrs, 0, out_h, h))
+        xs, wx = _taps(cx, w, count, calc, attrs.cubic_alpha, attrs.cubic_exclude,
+                       antialias_scale(attrs, 1, out_w, w))
         out = None
         for yi, wyi in zip(ys, wy):
             rows = data[:, :, yi, :]
@@ -229,7 +317,8 @@ resize2d = register(OpDef(
     "image.resize2d", ("data",), resize2d_rel, OpPattern.INJECTIVE,
     attrs={"size": None, "roi": None, "layout": "NCHW", "method": "linear",
            "coordinate_transformation_mode": "half_pixel", "rounding_method": "",
-           "cubic_alpha": -0.5, "cubic_exclude": 0, "extrapolation_value": 0.0, "out_dtype": ""},
+           "cubic_alpha": -0.5, "cubic_exclude": 0, "extrapolation_value": 0.0, "out_dtype": "",
+           "scale": None, "antialias": 0},
     normalize=_normalize_resize2d, reference=_resize2d_ref, compute=C.resize2d_compute,
     support_level=5,
     doc="Resize the H and W axes of an image batch to ``size`` (any layout over N, C, H, W with "
@@ -239,7 +328,9 @@ resize2d = register(OpDef(
         "``tf_half_pixel_for_nn``, ``tf_crop_and_resize`` with ``roi`` = (start_h, start_w, "
         "end_h, end_w) as fractions and ``extrapolation_value`` outside); ``rounding_method`` "
         "picks the nearest pixel (``round``, ``round_prefer_floor``, ``round_prefer_ceil``, "
-        "``floor``, ``ceil``; empty: ``round`` for align_corners, else ``floor``). See the module "
+        "``floor``, ``ceil``; empty: ``round`` for align_corners, else ``floor``); ``scale`` "
+        "(h, w) makes the mapping use the given scale, of which ``size`` is the floor of in * "
+        "scale; ``antialias=1`` low-pass filters a linear or cubic downsampling. See the module "
         "docstring for the formulas."))
 
 
@@ -251,6 +342,7 @@ def _normalize_resize_nd(spatial: str, default_layout: str):
     def normalize(a: dict) -> dict:
         if a["size"] is not None:
             a["size"] = int_tuple(a["size"], (n,), "size", minimum=1)
+        _scale_and_antialias(a, n)
         roi = (0.0,) * (2 * n) if a["roi"] is None else a["roi"]
         if not isinstance(roi, (list, tuple)) or len(roi) != 2 * n:
             raise ValueError(f"roi must have {2 * n} values (the starts of {', '.join(spatial)}, then "
@@ -308,7 +400,8 @@ def _resize_ncs(x, attrs):
     calc = np.float64 if x.dtype == np.float64 else np.float32
     data = x.astype(calc)
     extents = x.shape[2:]
-    coords = [_source_coords(out, n, mode, roi[j], roi[n_sp + j])
+    scales = attrs.scale or (None,) * n_sp
+    coords = [_source_coords(out, n, mode, roi[j], roi[n_sp + j], scales[j])
               for j, (out, n) in enumerate(zip(attrs.size, extents))]
     if attrs.method == "nearest_neighbor":
         rounding = attrs.rounding_method or ("round" if mode == "align_corners" else "floor")
@@ -316,8 +409,9 @@ def _resize_ncs(x, attrs):
         out = data[(slice(None), slice(None)) + np.ix_(*near)]
     else:
         count = 2 if attrs.method == "linear" else 4
-        taps = [_taps(c, n, count, calc, attrs.cubic_alpha, attrs.cubic_exclude)
-                for c, n in zip(coords, extents)]
+        taps = [_taps(c, n, count, calc, attrs.cubic_alpha, attrs.cubic_exclude,
+                      antialias_scale(attrs, j, out, n))
+                for j, (c, out, n) in enumerate(zip(coords, attrs.size, extents))]
 
         def combine(k, part):
             if k == n_sp:
@@ -353,7 +447,8 @@ def _resize_nd_reference(spatial: str):
 def _resize_nd_attrs(spatial: str) -> dict:
     return {"size": None, "roi": None, "layout": "NC" + spatial, "method": "linear",
             "coordinate_transformation_mode": "half_pixel", "rounding_method": "",
-            "cubic_alpha": -0.5, "cubic_exclude": 0, "extrapolation_value": 0.0, "out_dtype": ""}
+            "cubic_alpha": -0.5, "cubic_exclude": 0, "extrapolation_value": 0.0, "out_dtype": "",
+            "scale": None, "antialias": 0}
 
 
 resize1d = register(OpDef(

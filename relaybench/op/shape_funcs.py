@@ -563,6 +563,30 @@ def _register_if_defined(name: str, fn, data_dependent: bool = False) -> None:
         register_shape_func(name, data_dependent, fn, level=0)
 
 
+def _winograd_weight_transform(attrs, inputs):
+    o, i, r, _ = inputs[0]
+    alpha = attrs.tile_size + r - 1
+    return [(alpha, alpha, o, i)]
+
+
+def _winograd_conv2d(attrs, inputs):
+    """The output of a 3x3 (``kernel_size``) stride-1 convolution; the weight's ``H`` and
+    ``W`` are the transform's tile, not the kernel."""
+    data_layout = Layout(attrs.data_layout)
+    ext = data_layout.primal_extents(tuple(inputs[0]))
+    kernel = Layout(attrs.kernel_layout).primal_extents(tuple(inputs[1]))
+    r = tuple(attrs.kernel_size or (3, 3))
+    pad = tuple(attrs.padding)
+    if len(pad) == 2:
+        pad = pad + pad
+    out = {"N": ext["N"], "C": kernel["O"]}
+    for k, a in enumerate(("H", "W")):
+        out[a] = _window_count(ext[a], r[k], 1, 1, pad[k], pad[k + 2])
+    return [Layout(attrs.out_layout or attrs.data_layout).shape_from_extents(out)]
+
+
+_register_if_defined("nn.contrib_conv2d_winograd_weight_transform", _winograd_weight_transform)
+_register_if_defined("nn.contrib_conv2d_winograd_without_weight_transform", _winograd_conv2d)
 _register_if_defined("einsum", _einsum)
 _register_if_defined("scatter_elements", _same_as_data)
 _register_if_defined("reinterpret", _same_as_data)

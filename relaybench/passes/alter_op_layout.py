@@ -155,12 +155,100 @@ def x86_conv2d_layouts(attrs, inputs, tinfos, out_type, max_block: Optional[int]
     else:
         ic, oc = channel_block(in_channels, max_block), channel_block(out_channels, max_block)
     if groups == 1:
+        tile = winograd_tile(attrs, data, weight, out_type, ic, oc)
+        if tile:
+            return _winograd_call(inputs, attrs, tile, ic, oc)
         kernel = f"OIHW{ic}i{oc}o"
     elif groups == in_channels and out_channels % in_channels == 0:
         kernel = f"OIHW1i{oc}o"          # depthwise: one input channel per group
     else:
         return None
     return {"data_layout": f"NCHW{ic}c", "kernel_layout": kernel, "out_layout": f"NCHW{oc}c"}
+
+
+WINOGRAD_MODES = ("auto", "on", "off", "2", "4")
+"""The values of ``RB_WINOGRAD``."""
+
+
+def winograd_mode() -> str:
+    """``RB_WINOGRAD``, checked."""
+    from .. import config
+    mode = str(config.get("RB_WINOGRAD")).strip().lower()
+    if mode not in WINOGRAD_MODES:
+        raise ValueError(f"RB_WINOGRAD={mode!r}: expected one of {', '.join(WINOGRAD_MODES)}")
+    return mode
+
+
+def winograd_tile(attrs, data, weight, out_type, ic: int, oc: int) -> int:
+    """The Winograd tile size for an ``nn.conv2d`` call (0: the direct convolution), by
+    ``RB_WINOGRAD`` and the rule that ``bench/winograd.py`` measured (see the module text).
+
+    Only float32 3x3 convolutions of stride 1, dilation 1 and one group qualify, with channel
+    blocks of at least 8 lanes (the matrix products are vectorized over output channels and the
+    transforms over input channels). ``auto`` takes F(4x4, 3x3) where the input has at least
+    :data:`WINOGRAD_MIN_CHANNELS` channels, the output at least :data:`WINOGRAD_MIN_SIZE` rows
+    and columns and the direct convolution at least :data:`WINOGRAD_MIN_FLOPS`, and the direct
+    convolution elsewhere; ``on`` every qualifying call, F(4x4) when the output is at least 8
+    wide, else F(2x2).
+
+    The rule follows ``bench/winograd.py`` (2 threads, AVX-512): F(4x4) was the fastest on
+    every VGG-16 layer (1.3x to 2.7x the direct kernel's speed; F(2x2) in between) and slower
+    than the direct kernel on every ResNet-18 layer (0.7x to 0.8x), whose 0.23 GFLOP each leave
+    the transforms' cost uncovered.
+
+    >>> attrs = {"kernel_size": (3, 3), "strides": (1, 1), "dilation": (1, 1), "groups": 1}
+    >>> from relaybench.ir.types import TensorType
+    >>> x, w = TensorType((1, 128, 112, 112), "float32"), TensorType((128, 128, 3, 3), "float32")
+    >>> winograd_tile(attrs, x, w, TensorType((1, 128, 112, 112), "float32"), 16, 16)
+    4
+    >>> x, w = TensorType((1, 64, 56, 56), "float32"), TensorType((64, 64, 3, 3), "float32")
+    >>> winograd_tile(attrs, x, w, TensorType((1, 64, 56, 56), "float32"), 16, 16)
+    0
+    """
+    mode = winograd_mode()
+    if mode == "off":
+        return 0
+    kh, kw = (int(d) for d in weight.shape[2:])
+    if (kh, kw) != (3, 3) or tuple(attrs["strides"]) != (1, 1) or tuple(attrs["dilation"]) != (1, 1) \
+            or attrs["groups"] != 1 or min(ic, oc) < 8 or not isinstance(out_type, TensorType) \
+            or not all(str(t.dtype) == "float32" for t in (data, weight, out_type)):
+        return 0
+    oh, ow = int(out_type.shape[2]), int(out_type.shape[3])
+    if mode in ("2", "4"):
+        return int(mode)
+    if mode == "on":
+        return 4 if min(oh, ow) >= 8 else 2
+    channels = int(data.shape[1])
+    flops = 2 * 9 * channels * int(out_type.shape[1]) * oh * ow * int(out_type.shape[0])
+    if channels >= WINOGRAD_MIN_CHANNELS and min(oh, ow) >= WINOGRAD_MIN_SIZE \
+            and flops >= WINOGRAD_MIN_FLOPS:
+        return 4
+    return 0
+
+
+WINOGRAD_MIN_CHANNELS = 64
+"""``RB_WINOGRAD=auto``: the fewest input channels for which Winograd is taken."""
+
+WINOGRAD_MIN_SIZE = 14
+"""``RB_WINOGRAD=auto``: the smallest output height and width for which Winograd is taken."""
+
+WINOGRAD_MIN_FLOPS = 500_000_000
+"""``RB_WINOGRAD=auto``: the fewest FLOPs of the direct convolution for which Winograd is taken."""
+
+
+def _winograd_call(inputs, attrs, tile: int, ic: int, oc: int):
+    """``nn.conv2d`` as the Winograd convolution of its weight's transform (blocked ``HWOI{oc}o``,
+    folded at compile time when the weight is a constant), data and output blocked."""
+    from ..op import layout_transform
+    from ..op.winograd import (contrib_conv2d_winograd_weight_transform,
+                               contrib_conv2d_winograd_without_weight_transform)
+    data, weight = inputs
+    transformed = layout_transform(contrib_conv2d_winograd_weight_transform(weight, tile_size=tile),
+                                   src_layout="HWOI", dst_layout=f"HWOI{oc}o")
+    keep = {k: attrs[k] for k in ("padding", "channels", "kernel_size", "out_dtype")}
+    return contrib_conv2d_winograd_without_weight_transform(
+        data, transformed, tile_size=tile, data_layout=f"NCHW{ic}c", kernel_layout=f"HWOI{oc}o",
+        out_layout=f"NCHW{oc}c", **keep)
 
 
 def _hook(fn):

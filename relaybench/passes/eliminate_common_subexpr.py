@@ -43,6 +43,8 @@ from __future__ import annotations
 from collections import ChainMap
 from typing import Callable, Optional
 
+import numpy as np
+
 from ..ir.expr import (Call, Clause, Constant, Expr, Function, If, Let, Match, Op, Tuple, TupleGetItem, Var,
                        expr_children)
 from ..ir.functor import ExprMutator
@@ -62,7 +64,7 @@ class _Eliminator(ExprMutator):
         self.fskip = fskip
         self.scopes: list = [{}]  # one table per scope: key -> the expression to reuse
         self.const_keys: dict = {}  # Constant -> its value key
-        self.by_value: dict = {}  # value key -> the first Constant with that value
+        self.by_value: dict = {}  # sampled value key -> [(Constant, its bytes)], distinct values
 
     # ---- traversal: scopes are entered by the handlers, in evaluation order ------------------
     def children_to_visit(self, expr: Expr):
@@ -190,11 +192,27 @@ class _Eliminator(ExprMutator):
     def _const_key(self, c: Constant):
         key = self.const_keys.get(c)
         if key is None:
+            # constants are equal when their dtype, shape and bytes are; a sample of the bytes
+            # finds the candidates, so a network's weights are not copied and hashed whole
             data = c.data
-            value = ("const", data.dtype.name, data.shape, data.tobytes())
-            key = self.by_value.setdefault(value, c)
+            flat = _bytes_of(data)
+            step = max(1, flat.size // 256)
+            value = ("const", data.dtype.name, data.shape, flat[::step][:256].tobytes(),
+                     flat[-64:].tobytes())
+            bucket = self.by_value.setdefault(value, [])
+            key = next((other for other, other_flat in bucket
+                        if other_flat.size == flat.size and bool((other_flat == flat).all())),
+                       None)
+            if key is None:
+                key = c
+                bucket.append((c, flat))
             self.const_keys[c] = key
         return key
+
+
+def _bytes_of(data: np.ndarray) -> np.ndarray:
+    """The bytes of ``data`` in C order, as a flat uint8 array (a view when it is contiguous)."""
+    return np.ascontiguousarray(data).reshape(-1).view(np.uint8)
 
 
 def eliminate_common_subexpr(func: Function, fskip: Optional[Callable] = None) -> Function:

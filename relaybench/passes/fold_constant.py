@@ -103,7 +103,9 @@ def _as_expr(value, t: Optional[Type]) -> Optional[Expr]:
             value = value.astype(t.dtype)
     elif t is not None:
         return None
-    return Constant(value)
+    # the operator's reference made the array for this call alone: no copy needed (a view of
+    # an argument's data is copied)
+    return Constant.adopt(value)
 
 
 class TypeOracle:

@@ -741,6 +741,11 @@ def _is_node(value) -> bool:
     return isinstance(value, (Expr, Stmt))
 
 
+_NODE_TYPES = (Expr, Stmt)
+#: node class -> the names of its dataclass fields (dataclasses.fields is slow to call per node)
+_FIELD_NAMES: dict = {}
+
+
 def map_children(node, fn):
     """A copy of ``node`` with ``fn`` applied to every child node (the node itself if none change).
 
@@ -748,16 +753,20 @@ def map_children(node, fn):
     binary operation folds integer constants again.
     """
     changes = {}
-    for field in dataclasses.fields(node):
-        value = getattr(node, field.name)
-        if _is_node(value):
+    cls = type(node)
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    for name in names:
+        value = getattr(node, name)
+        if isinstance(value, _NODE_TYPES):
             new = fn(value)
             if new is not value:
-                changes[field.name] = new
-        elif isinstance(value, tuple) and any(_is_node(v) for v in value):
-            new = tuple(fn(v) if _is_node(v) else v for v in value)
+                changes[name] = new
+        elif isinstance(value, tuple) and any(isinstance(v, _NODE_TYPES) for v in value):
+            new = tuple(fn(v) if isinstance(v, _NODE_TYPES) else v for v in value)
             if any(n is not o for n, o in zip(new, value)):
-                changes[field.name] = new
+                changes[name] = new
     if not changes:
         return node
     if isinstance(node, Binary):  # rebuilt through the constructor so that constants fold

@@ -1721,6 +1721,11 @@ NOT_GENERATED: dict = {
              "reference differ by ulps, which tan near its poles and chains of later ops "
              "magnify beyond any tolerance (seed 50196); the op x dtype tests cover it"
        for name in ("sin", "cos", "tan", "atan", "sinh", "cosh", "asinh")},
+    **{name: "a variant AlterOpLayout makes from nn.conv2d (RB_WINOGRAD), whose weight must be "
+             "the Winograd transform's output; tests/backends/test_winograd.py and the op x "
+             "dtype tests cover it"
+       for name in ("nn.contrib_conv2d_winograd_weight_transform",
+                    "nn.contrib_conv2d_winograd_without_weight_transform")},
 }
 """Registry ops with a compute that :data:`OP_GENERATORS` leaves out, with the reason."""
 

@@ -54,20 +54,20 @@ def test_a_crashing_or_hanging_candidate_fails_alone():
 def test_tune_logs_every_measurement_and_the_best_one_is_applied(tmp_path):
     mod = rb.parse('''#[version = "0.0.5"]
 def @main(%x: Tensor[(1, 16, 8, 8), float32], %w: Tensor[(32, 16, 3, 3), float32],
-          %d: Tensor[(10, 2048), float32]) {
+          %d: Tensor[(16, 2048), float32]) {
   %0 = nn.conv2d(%x, %w, padding=[1, 1, 1, 1], channels=32, kernel_size=[3, 3]);
   %1 = nn.relu(%0);
   nn.dense(reshape(%1, newshape=[1, 2048]), %d)
 }''')
     rng = np.random.default_rng(0)
     params = {"w": rng.standard_normal((32, 16, 3, 3)).astype("float32"),
-              "d": rng.standard_normal((10, 2048)).astype("float32")}
+              "d": rng.standard_normal((16, 2048)).astype("float32")}
     log = tmp_path / "tune.jsonl"
     runner = autotune.LocalRunner(timeout=20, repeat=3, min_repeat_ms=1)
     with runner:
         result = autotune.tune(mod, "llvm", trials=6, runner=runner, params=params, log=log,
                                batch=3, progress=False, confirm=1)
-    assert [t.workload.template for t in result.tasks] == ["conv2d_NCHWc", "dense"]
+    assert [t.workload.template for t in result.tasks] == ["conv2d_NCHWc", "dense_rows"]
     lines = log.read_text().splitlines()
     # 6 searched and 4 confirming (the default and the best, twice each) per workload
     assert len(lines) == len(result.records) == 20

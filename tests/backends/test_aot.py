@@ -133,11 +133,12 @@ def test_other_targets_are_refused():
 
 def test_parallel_kernels_on_two_threads_match_the_interpreter(monkeypatch):
     # the dense layers' parallel loops are handed to the spinning pool from native code (at
-    # any size here: small kernels otherwise run on the calling thread)
+    # any size here: small kernels otherwise run on the calling thread; the hidden layer's
+    # 1024 x 256 is one the dense_rows rule makes parallel)
     from relaybench.backends.aot import compiler
     monkeypatch.setattr(compiler, "PARALLEL_MIN_FLOPS", 0)
     mod, params = rb.models.get("lstm", form="loop", batch_size=1, seq_len=4, input_size=32,
-                                hidden_size=64)
+                                hidden_size=256)
     steps = [np.random.default_rng(k).standard_normal((1, 32)).astype("float32")
              for k in range(4)]
     from relaybench.passes.bind_params import bind_params

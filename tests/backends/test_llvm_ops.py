@@ -571,6 +571,24 @@ def _conv(data, weight, attrs, label, dt=f32, data_layout="NCHW", kernel_layout=
                 attrs, label=label, red=red, marks=list(marks))
 
 
+@cases("nn.contrib_conv2d_winograd_weight_transform")
+def _winograd_weight(name):
+    return [Case(name, [((4, 3, 3, 3), f32)], {"tile_size": 2}, label="f2"),
+            Case(name, [((8, 5, 3, 3), f32)], {"tile_size": 4}, label="f4", red=9)]
+
+
+@cases("nn.contrib_conv2d_winograd_without_weight_transform")
+def _winograd_conv(name):
+    # the weight as the transform gives it, (alpha, alpha, O, I); data NCHW or blocked
+    return [Case(name, [((1, 3, 7, 6), f32), ((4, 4, 5, 3), f32)],
+                 {"tile_size": 2, "padding": (1, 1), "channels": 5, "kernel_size": (3, 3)},
+                 label="f2_pad", red=48),
+            Case(name, [((1, 2, 9, 9, 4), f32), ((6, 6, 8, 8), f32)],
+                 {"tile_size": 4, "padding": (1, 1), "channels": 8, "kernel_size": (3, 3),
+                  "data_layout": "NCHW4c", "kernel_layout": "HWOI", "out_layout": "NCHW4c"},
+                 label="f4_nchw4c", red=288)]
+
+
 @cases("nn.conv2d")
 def _conv2d(name):
     return [

@@ -58,29 +58,12 @@ EXPECTED_FAILURES = {
         'test_optional_get_element_sequence', 'test_optional_has_element_empty_optional_input',
         'test_optional_has_element_optional_input', 'test_optional_has_element_tensor_input'
     ],
-    "Resize node 'Y': scales that are not output size / input size are not supported": [
-        'test_resize_downsample_scales_cubic',
-        'test_resize_downsample_scales_cubic_A_n0p5_exclude_outside',
-        'test_resize_downsample_scales_cubic_align_corners', 'test_resize_downsample_scales_linear',
-        'test_resize_downsample_scales_linear_align_corners',
-        'test_resize_downsample_scales_nearest'
-    ],
-    "Resize node 'Y': antialias=1 is not supported": [
-        'test_resize_downsample_scales_cubic_antialias',
-        'test_resize_downsample_scales_linear_antialias',
-        'test_resize_downsample_sizes_cubic_antialias',
-        'test_resize_downsample_sizes_linear_antialias'
-    ],
     "Dropout node 'y': training_mode must be a constant false, or the ratio 0 (random masks are not supported)": [
         'test_training_dropout', 'test_training_dropout_default',
         'test_training_dropout_default_mask', 'test_training_dropout_mask'
     ],
     'wrong values: the inverse DFT is computed in float64; the stored outputs carry float32 FFT rounding beyond atol=1e-7': [
         'test_dft_inverse', 'test_dft_inverse_opset19'
-    ],
-    "Resize node 'Y': coordinate_transformation_mode='half_pixel_symmetric' is not supported": [
-        'test_resize_downsample_scales_linear_half_pixel_symmetric',
-        'test_resize_upsample_scales_linear_half_pixel_symmetric'
     ],
     "BitCast node 'y': reinterpret: cannot reinterpret bool as uint8: the element sizes differ (or one is bool)": [
         'test_bitcast_bool_to_uint8'
@@ -126,9 +109,6 @@ EXPECTED_FAILURES = {
     ],
     'no converter for STFT': [
         'test_stft', 'test_stft_with_window'
-    ],
-    'Scan-8 (its batch axis and sequence_lens form) is not converted': [
-        'test_scan_sum'
     ],
     'no converter for SequenceAt, SequenceEmpty, SequenceInsert, SequenceLength': [
         'test_sequence_map_add_1_sequence_1_tensor_expanded',

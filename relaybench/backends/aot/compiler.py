@@ -78,9 +78,11 @@ STORAGE_ALIGNMENT = 64
 
 #: floating-point operations below which a kernel's parallel loop runs in one call on the
 #: calling thread: handing ranges out and waiting for them costs a few microseconds on an idle
-#: machine and far more on a busy one, more than a small kernel (an LSTM cell's dense layer at
-#: batch 1, 0.5 MFLOP) takes on one core
-PARALLEL_MIN_FLOPS = 4_000_000
+#: machine (far more on a busy one, where the pool's threads wait for a core). An LSTM cell's
+#: dense layer at batch 1 (1024 x 256, 0.5 MFLOP, about 12 us on one core) is worth sharing
+#: on an idle machine: the 35-step LSTM of bench/nlp.py took 0.59 ms with it shared, 1.10 ms
+#: without; a 256 x 256 one (0.13 MFLOP) is not.
+PARALLEL_MIN_FLOPS = 500_000
 
 
 def dtype_code(dtype: str, where: str) -> int:

@@ -232,7 +232,8 @@ class AotModule:
 
     def _to_python(self, address: int, program):
         """The native value at ``address`` as the interpreter's value (iterative; shared
-        objects converted once). Objects in the arena are read through its array."""
+        objects converted once). Objects in the arena are read through its array; a tensor's
+        data is copied out (the arena is reused by the next run)."""
         from ..interpreter import ConstructorValue, RefValue
         constructors = program.constructors
         arena = self._arena
@@ -240,6 +241,10 @@ class AotModule:
         high = low + arena.nbytes
         arena_bytes = arena.view(np.uint8)
         view = memoryview(arena)    # indexing gives Python ints, without numpy scalars
+        header = C.HEADER
+        kind_tensor, kind_closure, kind_tuple, kind_adt, kind_ref = (
+            C.KIND_TENSOR, C.KIND_CLOSURE, C.KIND_TUPLE, C.KIND_ADT, C.KIND_REF)
+        dtypes = _DTYPES
 
         def words(addr, count):
             if low <= addr and addr + 8 * count <= high:
@@ -248,42 +253,62 @@ class AotModule:
             return _read_words(addr, count).tolist()
 
         done: dict = {}
-        stack = [(address, False)]
+        heads: dict = {}            # objects waiting for their fields -> their words
+        stack = [address]
+        span = 8 * (header + 8)             # the header and up to 8 dims or fields
         while stack:
-            addr, ready = stack.pop()
+            addr = stack[-1]
             if addr in done:
+                stack.pop()
                 continue
-            head = words(addr, C.HEADER)
+            head = heads.pop(addr, None)
+            if head is not None:
+                pass
+            elif low <= addr and addr + span <= high:
+                k = (addr - low) >> 3
+                head = view[k:k + header + 8].tolist()
+            else:
+                head = words(addr, header + 8)
             kind = head[0]
-            if kind == C.KIND_TENSOR:
-                shape = tuple(words(addr + 8 * C.HEADER, head[3])) if head[3] else ()
-                dtype = np.dtype(C.DTYPES[head[2]])
+            if kind == kind_tensor:
+                stack.pop()
+                ndim = head[3]
+                shape = tuple(head[header:header + ndim]) if ndim <= 8 \
+                    else tuple(words(addr + 8 * header, ndim))
+                dtype = dtypes[head[2]]
                 count = 1
                 for d in shape:
                     count *= d
                 data, nbytes = head[1], count * dtype.itemsize
                 if low <= data and data + nbytes <= high:
-                    raw = arena_bytes[data - low:data - low + nbytes]
+                    done[addr] = np.ndarray(shape, dtype, arena_bytes, data - low).copy()
                 else:
-                    raw = np.frombuffer((ctypes.c_char * nbytes).from_address(data), np.uint8)
-                done[addr] = raw.view(dtype).reshape(shape).copy()
+                    done[addr] = np.frombuffer((ctypes.c_char * nbytes).from_address(data),
+                                               dtype).copy().reshape(shape)
                 continue
-            if kind == C.KIND_CLOSURE:
+            if kind == kind_closure:
+                stack.pop()
                 done[addr] = _NativeClosure(self.exe.functions[head[3]].name)
                 continue
             n = head[2]
-            fields = words(addr + 8 * C.HEADER, n) if n else []
+            fields = head[header:header + n] if n <= 8 else words(addr + 8 * header, n)
+            ready = True
+            for f in fields:
+                if f not in done:
+                    if ready:
+                        ready = False
+                    stack.append(f)
             if not ready:
-                stack.append((addr, True))
-                stack.extend((f, False) for f in fields if f not in done)
+                heads[addr] = head      # read once: the object is built when its fields are
                 continue
-            values = tuple(done[f] for f in fields)
-            if kind == C.KIND_TUPLE:
-                done[addr] = values
-            elif kind == C.KIND_ADT:
-                done[addr] = ConstructorValue(constructors[head[3]], values)
-            elif kind == C.KIND_REF:
-                done[addr] = RefValue(values[0])
+            stack.pop()
+            if kind == kind_adt:
+                done[addr] = ConstructorValue(constructors[head[3]],
+                                              tuple([done[f] for f in fields]))
+            elif kind == kind_tuple:
+                done[addr] = tuple([done[f] for f in fields])
+            elif kind == kind_ref:
+                done[addr] = RefValue(done[fields[0]])
             else:
                 raise ExecutionError(f"the native result holds an object of unknown kind {kind}")
         return done[address]
@@ -306,68 +331,78 @@ _stack_size_lock = threading.Lock()
 class _Inputs:
     """The arguments of one run as native objects: ``args`` holds their addresses; the words of
     tensors, tuples, ADT objects and references lie in ``words`` (tensors point at the arrays'
-    data). Objects are laid out children first, so a field's offset is known when its object
-    is written; the fields' offsets become addresses in one vectorized step."""
+    data). Each object is visited once and laid out where it is first met; its fields hold the
+    indices of their values' entries until the values have offsets, then become addresses in
+    one vectorized step."""
 
     def __init__(self, values: list, where: str, constructor_number):
         from ..interpreter import ConstructorValue, RefValue
         from ..vm.vm import VMClosure
         words: list = []
-        pointers: list = []         # positions in ``words`` holding an offset to relocate
+        field_slots: list = []      # positions in ``words`` of the fields of objects
+        field_values: list = []     # ... and the values they hold
         offsets: dict = {}          # id(value) -> word offset
         keep: list = []
         refs: list = []             # (RefValue, word offset)
-        codes = _DTYPE_CODES
+        codes = _CODES_BY_DTYPE
         ndarray, generic = np.ndarray, np.generic
-        pending = [(v, False) for v in reversed(values)]
+        kind_tensor, header = C.KIND_TENSOR, C.HEADER
+        numbers: dict = {}          # id(constructor) -> its number in the program
+        address_of, from_buffer = ctypes.addressof, ctypes.c_char.from_buffer
+        pending = list(reversed(values))
         while pending:
-            value, ready = pending.pop()
+            value = pending.pop()
             key = id(value)
             if key in offsets:
                 continue
             cls = type(value)
+            offset = offsets[key] = len(words)
             if cls is ndarray or isinstance(value, (ndarray, generic)):
                 array = value
                 if cls is not ndarray or not (value.flags.c_contiguous and value.flags.aligned):
                     array = np.require(np.asarray(value), requirements=("C", "A"))
-                code = codes.get(array.dtype.name)
+                code = codes.get(array.dtype)
                 if code is None:
                     raise ExecutionError(f"{where}: AoT has no tensor dtype {array.dtype.name}")
                 keep.append(array)
-                offsets[key] = len(words)
-                words += (C.KIND_TENSOR, array.ctypes.data, code, array.ndim)
+                try:
+                    data = address_of(from_buffer(array))
+                except (TypeError, ValueError):     # read-only or empty
+                    data = array.ctypes.data
+                words += (kind_tensor, data, code, array.ndim)
                 words += array.shape
                 continue
             if cls is ConstructorValue:
                 fields = value.fields
-                head = (C.KIND_ADT, value.constructor.tag, len(fields),
-                        constructor_number(value.constructor))
+                con = value.constructor
+                number = numbers.get(id(con))
+                if number is None:
+                    number = numbers[id(con)] = constructor_number(con)
+                words += (C.KIND_ADT, con.tag, len(fields), number)
             elif cls is tuple:
                 fields = value
-                head = (C.KIND_TUPLE, 0, len(fields), 0)
+                words += (C.KIND_TUPLE, 0, len(fields), 0)
             elif cls is RefValue:
                 fields = (value.value,)
-                head = (C.KIND_REF, 0, 1, 0)
+                words += (C.KIND_REF, 0, 1, 0)
+                refs.append((value, offset))
             elif isinstance(value, VMClosure):
                 raise ExecutionError(f"{where}: AoT takes no closures as inputs")
             else:
                 raise ExecutionError(f"{where}: cannot pass {cls.__name__} to native code")
-            if not ready:
-                pending.append((value, True))
-                pending.extend((f, False) for f in reversed(fields) if id(f) not in offsets)
-                continue
             keep.append(value)
-            offset = offsets[key] = len(words)
-            if cls is RefValue:
-                refs.append((value, offset))
-            words += head
-            pointers.extend(range(offset + C.HEADER, offset + C.HEADER + len(fields)))
-            words += [offsets[id(f)] for f in fields]
+            if fields:
+                field_slots.extend(range(offset + header, offset + header + len(fields)))
+                field_values.extend(fields)
+                words += fields     # placeholders, replaced below
+                pending.extend(reversed(fields))
+        for i, slot in enumerate(field_slots):
+            words[slot] = offsets[id(field_values[i])]
         self.words = _aligned_words(max(len(words), 1))
         self.words[:len(words)] = words
         base = self.words.ctypes.data
-        if pointers:
-            index = np.asarray(pointers, np.int64)
+        if field_slots:
+            index = np.asarray(field_slots, np.int64)
             self.words[index] = self.words[index] * 8 + base
         self.keep = keep
         self.refs = refs
@@ -386,6 +421,9 @@ class _Inputs:
 
 
 _DTYPE_CODES = {name: code for code, name in enumerate(C.DTYPES)}
+_DTYPES = [np.dtype(name) for name in C.DTYPES]
+#: dtype -> code, keyed by the dtype object (its ``name`` is slow to compute)
+_CODES_BY_DTYPE = {np.dtype(name): code for code, name in enumerate(C.DTYPES)}
 
 
 def _adapt_python_values(params: list, args: tuple, kwargs: dict):

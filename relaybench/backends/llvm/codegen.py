@@ -37,8 +37,10 @@ How each construct is lowered:
   variable is an LLVM ``<extent x T>`` value, any other a scalar computed once and broadcast
   where it meets a vector. A load or store whose element offset is ``base + var`` is one
   contiguous vector access, ``base`` alone a scalar load (broadcast), anything else one element
-  per lane (gather, scatter in lane order). Math intrinsics use their vector forms, the C
-  library's ``tanhf``/``erff`` are called per lane, and ``a * b + c`` (or ``- c``, ``c - a * b``)
+  per lane (gather, scatter in lane order). Math intrinsics use their vector forms; float32
+  ``exp``, ``tanh`` and ``sigmoid`` are computed in line on the vector (range reduction and a
+  polynomial, within 2.5 ulp: :meth:`_vector_exp`), the C library's other functions
+  (``erff``, ``tanf``, ...) are called per lane, and ``a * b + c`` (or ``- c``, ``c - a * b``)
   becomes ``llvm.fmuladd``, a fused multiply-add on x86, except where the value feeds a step
   (``floor``, ``ceil``, ``round``, ``fmod``, a float comparison or a cast to an integer), whose
   result one skipped rounding could move by a whole step: there both roundings are kept, as the
@@ -60,8 +62,9 @@ How each construct is lowered:
 * Math intrinsics: LLVM's (``llvm.exp``, ``llvm.log``, ``llvm.sqrt``, ``llvm.fabs``,
   ``llvm.floor``, ``llvm.ceil``, ``llvm.roundeven`` for numpy's half-to-even ``round``,
   ``llvm.pow``, ...); ``tanh`` and ``erf`` call the C library (``tanhf``/``tanh``, ``erff``/``erf``)
-  for full accuracy; ``fmod`` is LLVM's ``frem`` (C's ``fmod``, exact); ``sigmoid`` is
-  ``1 / (1 + exp(-x))`` and ``rsqrt`` is ``1 / sqrt(x)``.
+  for full accuracy, except float32 vectors of ``exp``, ``tanh`` and ``sigmoid`` (above: LLVM
+  would call ``expf`` once per lane); ``fmod`` is LLVM's ``frem`` (C's ``fmod``, exact);
+  ``sigmoid`` is ``1 / (1 + exp(-x))`` and ``rsqrt`` is ``1 / sqrt(x)``.
 * ``bool`` values are ``i1`` in registers and one byte in memory, as in numpy.
 * ``dot_sum`` (:class:`~relaybench.te.loop_ir.DotSum`, left by a schedule's ``tensorize``) of
   four int8/uint8 products into int32, in a vector loop of 4, 8 or 16 lanes, each operand a
@@ -102,6 +105,8 @@ Example (needs llvmlite)::
 from __future__ import annotations
 
 import ctypes
+import math
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -110,8 +115,8 @@ from ...te import loop_ir as L
 from .jit import compile_module, host_target, int8_path, prefer_vector_width
 from .runtime import Kernel, PhasedKernel, Phase, TensorSpec
 
-__all__ = ["build_kernel", "CompiledKernel", "STACK_LIMIT_BYTES", "UNROLL_LIMIT",
-           "VECTOR_LANES_LIMIT"]
+__all__ = ["build_kernel", "CompiledKernel", "KernelPlan", "compile_ahead", "STACK_LIMIT_BYTES",
+           "UNROLL_LIMIT", "VECTOR_LANES_LIMIT"]
 
 STACK_LIMIT_BYTES = 64 * 1024
 """Temporaries up to this size live on the stack; larger ones are malloc'd."""
@@ -268,6 +273,17 @@ def _node_range(node, found: dict, ranges: dict):
     if result is None or result[0] < bounds[0] or result[1] > bounds[1]:
         return None
     return result
+
+
+def _decided(cond, ranges: dict):
+    """The outcome of ``a == b`` or ``a != b`` when both sides have a single value over
+    ``ranges`` (an unrolled loop's variable against a constant), else None."""
+    if not (isinstance(cond, L.Binary) and cond.op in ("==", "!=")):
+        return None
+    a, b = value_range(cond.a, ranges), value_range(cond.b, ranges)
+    if a is None or b is None or a[0] != a[1] or b[0] != b[1]:
+        return None
+    return (a[0] == b[0]) == (cond.op == "==")
 
 
 def _stored_buffers(stmt) -> set:
@@ -518,6 +534,27 @@ _LLVM_INTRINSICS = {
     "floor": "llvm.floor", "ceil": "llvm.ceil", "round": "llvm.roundeven", "pow": "llvm.pow",
     "sin": "llvm.sin", "cos": "llvm.cos", "log2": "llvm.log2", "exp2": "llvm.exp2",
 }
+def _tanh_taylor(terms: int) -> list:
+    """The first ``terms`` coefficients of tanh's Taylor series (of x, x**3, x**5, ...):
+    ``2**(2n) (2**(2n) - 1) B(2n) / (2n)!`` with the Bernoulli numbers ``B``."""
+    from fractions import Fraction
+    from math import comb, factorial
+    bernoulli = [Fraction(1)]
+    for m in range(1, 2 * terms + 1):
+        bernoulli.append(-sum(comb(m + 1, k) * bernoulli[k] for k in range(m)) / (m + 1))
+    return [float(2 ** (2 * n) * (2 ** (2 * n) - 1) * bernoulli[2 * n] / factorial(2 * n))
+            for n in range(1, terms + 1)]
+
+
+_LOG2E = 1.4426950408889634
+_LN2_HIGH = 0.693145751953125            # ln 2 with its low 12 bits of float32 mantissa clear
+_LN2_LOW = 0.6931471805599453 - _LN2_HIGH
+_EXP_TAYLOR = [1.0 / math.factorial(k) for k in range(8)]
+_TANH_TAYLOR = _tanh_taylor(9)
+_TANH_SMALL = 0.55
+#: ops computed on float32 vectors in line (see the methods' texts) instead of per lane
+_VECTOR_MATH = {"exp": "_vector_exp", "tanh": "_vector_tanh", "sigmoid": "_vector_sigmoid"}
+
 _LIBM = {name: (name + "f", name) for name in ("tanh", "erf", "tan", "asin", "acos", "atan",
                                               "sinh", "cosh", "asinh", "acosh", "atanh")}
 
@@ -824,6 +861,9 @@ class _FunctionBuilder:
         return self.b.neg(x)
 
     def _select(self, e):
+        decided = _decided(e.cond, self.ranges)
+        if decided is not None:   # a test of an unrolled loop's variable: the side it takes only
+            return self.expr(e.true_value if decided else e.false_value)
         cond = self.expr(e.cond)
         cond, true_value, false_value = self.match(cond, self.speculate(e.true_value),
                                                    self.speculate(e.false_value))
@@ -1065,6 +1105,8 @@ class _FunctionBuilder:
         ir, b = self.ir, self.b
         args = list(self.match(*[self.expr(a) for a in e.args]))
         lanes = _lanes(args[0])
+        if lanes is not None and e.dtype == "float32" and e.name in _VECTOR_MATH:
+            return getattr(self, _VECTOR_MATH[e.name])(args[0])
         if lanes is not None and e.name in _LIBM:  # the C library has scalar functions only
             result = ir.Constant(ir.VectorType(_value_type(e.dtype), lanes), ir.Undefined)
             for lane in range(lanes):
@@ -1073,6 +1115,79 @@ class _FunctionBuilder:
                 result = b.insert_element(result, value, index)
             return result
         return self._scalar_call(e, args)
+
+    # ------------------------------------------------- float32 vector exp, tanh, sigmoid
+
+    def _vector_exp(self, x):
+        """``exp`` of a float32 vector without a call per lane: ``x = n ln2 + r`` with ``n``
+        the nearest integer to ``x / ln2`` and ``|r| <= ln2 / 2`` (``n ln2`` subtracted in two
+        parts, the first exact in float32), ``exp(r)`` by its Taylor polynomial of degree 7
+        (truncation under 0.1 ulp), times ``2**n`` as two powers of two built in the exponent
+        bits (so results that overflow are inf and those below the normal range are subnormal
+        or 0). ``x`` is first held to [-104, 89], beyond which the result is already 0 or inf;
+        NaN stays NaN."""
+        ir, b = self.ir, self.b
+        ty = x.type
+        lanes = ty.count
+
+        def const(value):
+            return ir.Constant(ty, [float(np.float32(value))] * lanes)
+
+        x = b.select(b.fcmp_ordered(">", x, const(89.0)), const(89.0), x)
+        x = b.select(b.fcmp_ordered("<", x, const(-104.0)), const(-104.0), x)
+        n = b.call(self.intrinsic("llvm.rint", ty, 1), [b.fmul(x, const(_LOG2E))])
+        fma = self.intrinsic("llvm.fma", ty, 3)
+        r = b.call(fma, [n, const(-_LN2_HIGH), x])
+        r = b.call(fma, [n, const(-_LN2_LOW), r])
+        poly = const(_EXP_TAYLOR[-1])
+        for c in reversed(_EXP_TAYLOR[:-1]):
+            poly = b.call(fma, [poly, r, const(c)])
+        n = b.select(b.fcmp_unordered("uno", n, n), const(0.0), n)
+        i32 = ir.VectorType(ir.IntType(32), lanes)
+        k = b.fptosi(n, i32)
+        half = b.ashr(k, ir.Constant(i32, [1] * lanes))
+
+        def power_of_two(e):
+            bits = b.shl(b.add(e, ir.Constant(i32, [127] * lanes)), ir.Constant(i32, [23] * lanes))
+            return b.bitcast(bits, ty)
+        return b.fmul(b.fmul(poly, power_of_two(half)), power_of_two(b.sub(k, half)))
+
+    def _vector_tanh(self, x):
+        """``tanh`` of a float32 vector: below |x| = 0.55 its odd Taylor polynomial through
+        ``x**17`` (coefficients from the Bernoulli numbers; truncation under 0.1 ulp), above it
+        ``1 - 2 / (exp(2|x|) + 1)`` (no cancellation there: the result is above 0.5); the sign
+        of ``x`` on both; within 2 ulp."""
+        ir, b = self.ir, self.b
+        ty = x.type
+        lanes = ty.count
+
+        def const(value):
+            return ir.Constant(ty, [float(np.float32(value))] * lanes)
+
+        fma = self.intrinsic("llvm.fma", ty, 3)
+        a = b.call(self.intrinsic("llvm.fabs", ty, 1), [x])
+        z = b.fmul(x, x)
+        poly = const(_TANH_TAYLOR[-1])
+        for c in reversed(_TANH_TAYLOR[1:-1]):
+            poly = b.call(fma, [poly, z, const(c)])
+        small = b.call(fma, [b.fmul(x, z), poly, x])
+        e = self._vector_exp(b.fadd(a, a))
+        one = const(1.0)
+        large = b.fsub(one, b.fdiv(const(2.0), b.fadd(e, one)))
+        result = b.select(b.fcmp_ordered("<", a, const(_TANH_SMALL)), small, large)
+        # the sign of x, for the large side and for -0 (where the polynomial gives +0)
+        return b.call(self.intrinsic("llvm.copysign", ty, 2), [result, x])
+
+    def _vector_sigmoid(self, x):
+        """``1 / (1 + e)`` for ``x >= 0`` and ``e / (1 + e)`` below, with ``e = exp(-|x|)``
+        (:meth:`_vector_exp`), which never overflows: down to the subnormal results of large
+        negative ``x``."""
+        b = self.b
+        one = self.ir.Constant(x.type, [1.0] * x.type.count)
+        e = self._vector_exp(b.fneg(b.call(self.intrinsic("llvm.fabs", x.type, 1), [x])))
+        top = b.select(b.fcmp_ordered("<", x, self.ir.Constant(x.type, [0.0] * x.type.count)),
+                       e, one)
+        return b.fdiv(top, b.fadd(one, e))
 
     def _scalar_call(self, e, args):
         """``e`` applied to ``args`` (scalars, or vectors for everything but the C library)."""
@@ -1551,12 +1666,73 @@ def _entry_trampoline(module, fn) -> None:
     b.ret_void()
 
 
+class KernelPlan:
+    """What compiling one PrimFunc needs before LLVM runs: its function builders (one per phase),
+    the temporaries of a phased kernel, the text its cache key is made of, and ``generate()``,
+    which makes the LLVM module (only when the kernel is in no cache)."""
+
+    def __init__(self, func: L.PrimFunc, parallel: bool = True):
+        ir = _ir()
+        self.func = func
+        self.parallel = parallel
+        loops_text = L.to_text(func)
+        self.module = ir.Module(name=func.name)
+        self.phases = phases = _phases(func, parallel)
+        if phases is None:
+            self.builders = [_FunctionBuilder(func, self.module, parallel)]
+            self.temporaries = []
+        else:
+            self.temporaries, nests = phases
+            params = tuple(func.params) + tuple(self.temporaries)
+            self.builders = [_FunctionBuilder(func, self.module, parallel, name=f"kernel_{k}",
+                                              body=nest, params=params, aligned=len(func.params))
+                             for k, nest in enumerate(nests)]
+        shape = "phases" if phases is not None else (
+            f"parallel={self.builders[0].parallel_loop is not None}")
+        self.key_text = (f"{_CODEGEN_VERSION}\n{shape}\nwide={self.builders[0].vectorize_wide}\n"
+                         f"int8={self.builders[0].int8_path}\n{loops_text}")
+        self._generated = False
+
+    def generate(self):
+        """The LLVM module with the function bodies (made once; most of the time of a build
+        whose kernels are all cached would go here, so it is made only on a miss)."""
+        if self._generated is True:
+            return self.module
+        if self._generated is not False:  # it failed before: the same error again
+            raise self._generated
+        try:
+            for builder in self.builders:
+                builder.build()
+                if builder.parallel_loop is not None:
+                    _entry_trampoline(self.module, builder.fn)
+        except (TypeError, ValueError, AttributeError) as err:  # llvmlite rejects a construct
+            self._generated = CompileError(f"kernel {self.func.name}: LLVM code generation "
+                                           f"failed: {err}")
+            raise self._generated from err
+        except BaseException as err:
+            self._generated = err
+            raise
+        self._generated = True
+        return self.module
+
+
+def compile_ahead(plans: Sequence[KernelPlan], cache: bool = True) -> dict:
+    """Compile the kernels of ``plans`` that no cache holds, on several cores at once (see
+    :meth:`.jit.JIT.compile_ahead`); :func:`build_kernel` with each plan then loads them.
+    Returns ``{plan.key_text: LLVM seconds}`` of those compiled."""
+    from .jit import get_jit
+    jobs = [(plan.generate, plan.key_text, plan.func.name) for plan in plans]
+    return get_jit().compile_ahead(jobs, cache=cache)
+
+
 def build_kernel(func: L.PrimFunc, parallel: bool = True, *,
-                 num_threads: int | None = None, cache: bool = True) -> CompiledKernel:
+                 num_threads: int | None = None, cache: bool = True,
+                 plan: KernelPlan | None = None) -> CompiledKernel:
     """Compile ``func`` for the host CPU.
 
     ``parallel=False`` runs an outermost ``parallel`` loop serially in one call. Raises
     :class:`~relaybench.errors.CompileError` naming the kernel when a node cannot be compiled.
+    ``plan`` is ``KernelPlan(func, parallel)`` made already (for :func:`compile_ahead`).
 
     A body made of top-level ``allocate`` statements around a sequence of statements, at least
     one of them a ``parallel`` loop, compiles in phases (see the module's text): the kernel is
@@ -1564,36 +1740,10 @@ def build_kernel(func: L.PrimFunc, parallel: bool = True, *,
     for a serial one), and one kernel's calls must not overlap in time, since its temporaries
     are shared.
     """
-    ir = _ir()
-    loops_text = L.to_text(func)
-    module = ir.Module(name=func.name)
-    phases = _phases(func, parallel)
-    if phases is None:
-        builders = [_FunctionBuilder(func, module, parallel)]
-        temporaries = []
-    else:
-        temporaries, nests = phases
-        params = tuple(func.params) + tuple(temporaries)
-        builders = [_FunctionBuilder(func, module, parallel, name=f"kernel_{k}", body=nest,
-                                     params=params, aligned=len(func.params))
-                    for k, nest in enumerate(nests)]
-
-    def generate():
-        # the function bodies, made only when the kernel is in neither the memory nor the disk
-        # cache (making them is most of a build whose kernels are all cached)
-        try:
-            for builder in builders:
-                builder.build()
-                if builder.parallel_loop is not None:
-                    _entry_trampoline(module, builder.fn)
-        except (TypeError, ValueError, AttributeError) as err:  # llvmlite rejects a construct
-            raise CompileError(f"kernel {func.name}: LLVM code generation failed: {err}") from err
-        return module
-
-    shape = "phases" if phases is not None else (
-        f"parallel={builders[0].parallel_loop is not None}")
-    key_text = (f"{_CODEGEN_VERSION}\n{shape}\nwide={builders[0].vectorize_wide}\n"
-                f"int8={builders[0].int8_path}\n{loops_text}")
+    if plan is None or plan.func is not func or plan.parallel != parallel:
+        plan = KernelPlan(func, parallel)
+    phases, builders, temporaries = plan.phases, plan.builders, plan.temporaries
+    key_text, generate = plan.key_text, plan.generate
     compiled = compile_module(generate, key=key_text, name=func.name, cache=cache)
     stored = _stored_buffers(func.body)
     # a symbolic extent accepts any size here; the caller checks it against the sizes it passes

@@ -55,6 +55,7 @@ from typing import Any
 from ... import config
 from ...errors import CompileError
 from .cache import CacheEntry, KernelCache, cache_key
+from .compile_worker import compile_object
 
 __all__ = ["HostTarget", "JIT", "CompiledModule", "host_target", "get_jit", "compile_module",
            "prefer_vector_width", "known_cpus", "INT8_PATHS", "int8_path"]
@@ -337,6 +338,7 @@ class JIT:
         self._loaded: weakref.WeakValueDictionary[str, CompiledModule] = \
             weakref.WeakValueDictionary()
         self.stats = {"compiled": 0, "from_disk": 0, "from_memory": 0, "evicted": 0}
+        self._fresh: dict[str, tuple] = {}  # key -> (CacheEntry, seconds) from compile_ahead
 
     @property
     def cached(self) -> int:
@@ -369,8 +371,9 @@ class JIT:
                 self.stats["from_memory"] += 1
                 self._remember(known)
                 return known
-            entry = self.cache.load(digest) if cache else None
-            origin = "disk"
+            fresh = self._fresh.pop(digest, None)  # compiled by compile_ahead
+            entry = fresh[0] if fresh is not None else (self.cache.load(digest) if cache else None)
+            origin = "disk" if fresh is None else "compiled"
             if entry is None:
                 if text is None:
                     text = str(module() if callable(module) else module)
@@ -381,6 +384,8 @@ class JIT:
             engine, addresses = self._load(entry, name)
             self.stats["compiled" if origin == "compiled" else "from_disk"] += 1
             compiled = CompiledModule(self, digest, origin, entry, addresses, engine)
+            if fresh is not None:
+                compiled.llvm_seconds = fresh[1]  # spent by compile_ahead, not in this call
             self._loaded[digest] = compiled
             self._remember(compiled)
         if config.get("RB_DEBUG") >= 4:
@@ -390,34 +395,57 @@ class JIT:
     def _compile(self, text: str, digest: str, name: str) -> CacheEntry:
         llvm = _binding()
         try:
-            mod = llvm.parse_assembly(text)
-            mod.verify()
+            obj, optimized, symbols = compile_object(llvm, self.machine, self.target.triple,
+                                                     text, digest)
         except RuntimeError as err:
             raise CompileError(f"LLVM rejected module {name!r}: {err}") from None
-        machine = self.machine
-        mod.triple = self.target.triple
-        mod.data_layout = str(machine.target_data)
-        symbols = {}
-        for fn in mod.functions:
-            if fn.is_declaration:
-                continue
-            if fn.linkage == llvm.Linkage.external:
-                original = fn.name
-                fn.name = f"{original}_{digest[:16]}"
-                symbols[original] = fn.name
-        # A pass builder per compile, on purpose: llvmlite registers each run's instrumentation
-        # callbacks (which point into that run's stack frame) in the builder, so a builder used
-        # again would call dead callbacks and gather more on every run; its module pass manager
-        # cannot run twice at all (its passes are moved out). Each builder's instrumentation
-        # table is never freed by llvmlite (about 75 KB per compile, measured over 1000 small
-        # kernels, the same with one builder reused), a cost only fewer compiles avoid.
-        tuning = llvm.create_pipeline_tuning_options(speed_level=3)
-        tuning.loop_vectorization = True
-        tuning.slp_vectorization = True
-        tuning.loop_unrolling = True
-        builder = llvm.create_pass_builder(machine, tuning)
-        builder.getModulePassManager().run(mod, builder)
-        return CacheEntry(machine.emit_object(mod), str(mod), symbols)
+        return CacheEntry(obj, optimized, symbols)
+
+    def compile_ahead(self, jobs: Sequence[tuple], *, cache: bool = True) -> dict:
+        """Compile the modules of ``jobs`` that are neither loaded nor in the disk cache, on
+        several cores at once, ahead of the :meth:`compile_module` calls that will ask for them.
+
+        Each job is ``(module, key, name)`` as :meth:`compile_module` takes them (``module`` may
+        be a function making the module). The object code waits in this JIT until
+        ``compile_module`` is called with the same key (it then counts as ``compiled``, its
+        origin ``"compiled"``) and, with ``cache``, is in the disk cache at once. Fewer than 3
+        modules to compile, or one core, compile nothing here (the calls compile them one by
+        one). A module whose making or compiling fails is left to its ``compile_module`` call,
+        which raises the error naming it. Returns ``{key: LLVM seconds}`` of those compiled.
+        """
+        from .compile_worker import WorkerPool, worker_count
+        todo, seen = [], set()
+        with self.lock:
+            for module, key, name in jobs:
+                digest = cache_key(key, self.target.identity)
+                if digest in seen or digest in self._loaded or digest in self._fresh:
+                    continue
+                seen.add(digest)
+                if cache and self.cache.path(digest).exists():
+                    continue
+                todo.append((module, key, name, digest))
+        workers = worker_count(len(todo))
+        if workers == 0:
+            return {}
+        texts = [((lambda m=module: str(m() if callable(m) else m)), digest, name)
+                 for module, key, name, digest in todo]
+        keys = {digest: key for _, key, _, digest in todo}
+
+        def compile_here(text, digest, name):
+            with self.lock:
+                return compile_object(_binding(), self.machine, self.target.triple, text, digest)
+
+        host = (self.target.triple, self.target.cpu, self.target.features)
+        done = WorkerPool(compile_here, host, workers).run(texts)
+        seconds = {}
+        for digest, (value, spent) in done.items():
+            entry = CacheEntry(*value)
+            if cache:
+                self.cache.store(digest, entry)
+            with self.lock:
+                self._fresh[digest] = (entry, spent)
+            seconds[keys[digest]] = spent
+        return seconds
 
     def _remember(self, compiled: CompiledModule) -> None:
         """Make ``compiled`` the most recently used; let go of the least recently used beyond

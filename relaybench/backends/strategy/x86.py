@@ -89,6 +89,7 @@ from ...op._compute import _operand, padded, shape_of
 from ...op.registry import register_alter_op_layout, register_legalize
 from ...passes.alter_op_layout import x86_conv2d_layouts
 from ...te.tensor import ComputeOp
+from . import x86_winograd
 
 __all__ = ["compute", "schedule", "VECTOR_BYTES", "PARALLEL_MIN_WORK", "TEMPLATES",
            "workload_of", "space_of", "tuning_config"]
@@ -205,6 +206,10 @@ VECTOR_BYTES = 64
 
 PARALLEL_MIN_WORK = 16384
 """Below this many element-operations a loop nest runs on one thread (the pool costs more)."""
+
+DENSE_ROWS_PARALLEL_MIN_WORK = 1 << 17
+"""Multiply-adds below which the ``dense_rows`` rule stays on one core: a matrix-vector product
+of 256 x 256 takes about 3 us on one, about what waking the other cores costs."""
 
 _NCHWC = re.compile(r"^NCHW(\d+)c$")
 _OIHWIO = re.compile(r"^OIHW(\d+)i(\d+)o$")
@@ -398,6 +403,53 @@ def dense_compute(inputs, attrs, out_type, width: int | None = None):
     return te.compute(shape, lambda *i: te.sum(partial[i + (ki,)], axis=[ki]), name="dense")
 
 
+def dense_rows_compute(inputs, attrs, out_type, width: int | None = None):
+    """dense along the weight's rows, for a batch of one (a matrix-vector product) or a
+    reduction that is not a whole number of registers: per output, ``width``-lane partial sums
+    over the reduction's whole blocks of ``width`` (``dense_rows_partial``), folded in halves
+    down to two lanes (``dense_fold<h>``: the register's upper half added to its lower half),
+    plus the products of the last ``K mod width`` elements (``dense_tail``); None when the
+    reduction is shorter than ``width``."""
+    x, w = inputs
+    dt = out_type.dtype
+    k_total = int(x.shape[-1])
+    width = width or lanes(dt)
+    blocks = k_total // width
+    if blocks < 1 or width < 2 or width & (width - 1):
+        return None
+    shape = shape_of(out_type)
+    ko = te.reduce_axis(blocks, name="ko")
+    folded = te.compute(shape + (width,), lambda *i: te.sum(
+        _operand(x[i[:-2] + (ko * width + i[-1],)], dt)
+        * _operand(w[i[-2], ko * width + i[-1]], dt), axis=[ko]), name="dense_rows_partial")
+    half = width
+    while half > 2:
+        half //= 2
+        folded = te.compute(shape + (half,), lambda *i, t=folded, h=half:
+                            t[i] + t[i[:-1] + (i[-1] + h,)], name=f"dense_fold{half}")
+    done = blocks * width
+    if done == k_total:
+        return te.compute(shape, lambda *i: folded[i + (0,)] + folded[i + (1,)], name="dense")
+    kt = te.reduce_axis(k_total - done, name="kt")
+    tail = te.compute(shape, lambda *i: te.sum(
+        _operand(x[i[:-1] + (done + kt,)], dt) * _operand(w[i[-1], done + kt], dt), axis=[kt]),
+        name="dense_tail")
+    return te.compute(shape, lambda *i: folded[i + (0,)] + folded[i + (1,)] + tail[i],
+                      name="dense")
+
+
+def _dense_by_rows(call) -> bool:
+    """Whether a float ``nn.dense`` takes :func:`dense_rows_compute`: a batch of one, or a
+    reduction that is not a multiple of one register's lanes (but at least one register)."""
+    x_type = call.args[0].checked_type
+    if not getattr(x_type, "is_static", False) or _int8_dot(call):
+        return False
+    width = lanes(str(call.checked_type.dtype))
+    k_total = int(x_type.shape[-1])
+    batch = int(np.prod([int(d) for d in x_type.shape[:-1]], dtype=np.int64))
+    return k_total >= width and (batch == 1 or k_total % width != 0)
+
+
 def compute(call, target):
     """The compute this strategy uses for ``call`` instead of the op's own, or None."""
     kind = _conv_kind(call)
@@ -413,12 +465,16 @@ def compute(call, target):
         return depthwise_conv2d_nchwc_compute
     if call.op.name == "nn.dense":
         int8 = _int8_dot(call)
+        by_rows = _dense_by_rows(call)
         _, config = tuning_config(call)
 
         def dense(inputs, attrs, out_type):
             out = None
             if int8:
                 out = dense_int8_compute(inputs, attrs, out_type)
+            if out is None and by_rows:
+                out = dense_rows_compute(inputs, attrs, out_type,
+                                         width=config["width"] if config else None)
             if out is None:
                 out = dense_compute(inputs, attrs, out_type,
                                     width=config["width"] if config else None)
@@ -451,7 +507,7 @@ def workload_of(call):
                  ("padding", tuple(int(p) for p in a.padding)),
                  ("strides", tuple(int(d) for d in a.strides)))
     elif call.op.name == "nn.dense" and not _int8_dot(call):
-        template, attrs = "dense", ()
+        template, attrs = ("dense_rows" if _dense_by_rows(call) else "dense"), ()
     else:
         return None
     types = [arg.checked_type for arg in call.args]
@@ -506,9 +562,33 @@ def dense_space(workload):
     return space
 
 
+def dense_rows_space(workload):
+    """The knobs of the ``dense_rows`` rule: the output rows computed together (their partial
+    sums are independent accumulators, so more rows hide the additions' latency; a divisor of
+    the output features) and the partial sums' width (one or two registers)."""
+    from ...autotune.space import ConfigSpace
+    k_total = workload.arg_shapes[0][-1]
+    features = workload.out_shape[-1]
+    width = lanes(workload.out_dtype)
+    rows = [r for r in (1, 2, 4, 8, 16) if features % r == 0]
+    space = ConfigSpace("dense_rows")
+    space.define_knob("rows", rows, default=dense_rows_default(features),
+                      doc="output rows per block (independent accumulators)")
+    space.define_knob("width", [w for w in (width, 2 * width) if k_total >= w],
+                      default=width, doc="lanes of partial sums per row")
+    space.constraint = lambda c: c["rows"] * c["width"] // width <= MAX_TILE_REGISTERS
+    return space
+
+
+def dense_rows_default(features: int) -> int:
+    """The ``dense_rows`` rule's rows per block: the largest of 4, 2, 1 dividing
+    ``features``."""
+    return next(r for r in (4, 2, 1) if features % r == 0)
+
+
 #: template name -> the function making a workload's search space
 TEMPLATES = {"conv2d_NCHWc": conv2d_nchwc_space, "depthwise_conv2d_NCHWc": conv2d_nchwc_space,
-             "dense": dense_space}
+             "dense": dense_space, "dense_rows": dense_rows_space}
 
 
 def space_of(workload):
@@ -539,6 +619,8 @@ def schedule(group, compute_at: bool = True):
     are not affine over the loops' ranges, or both straight and transposed); the rule's name
     then ends in ``_at_root``.
     """
+    if group.anchor is not None and group.anchor.op.name in x86_winograd.OPS:
+        return x86_winograd.schedule(group, compute_at)   # rule conv2d_winograd
     s = te.create_schedule(group.outputs)
     output_ops = {t.op for t in group.outputs}
     anchor = group.anchor
@@ -552,6 +634,10 @@ def schedule(group, compute_at: bool = True):
             keep.add(pad)
     if kind is None:
         keep |= _too_big_to_inline(s, output_ops)
+    rows = anchor is not None and anchor.op.name == "nn.dense" and any(
+        op.name == "dense_rows_partial" for op in s.ops)
+    if rows:
+        keep |= {op for op in s.ops if op.name.startswith("dense_fold")}
     for op in s.ops:
         if isinstance(op, ComputeOp) and op not in output_ops and not op.reduce_axis \
                 and op not in keep:
@@ -573,6 +659,10 @@ def schedule(group, compute_at: bool = True):
         done = set(s.ops)
     elif kind == "NCHW":
         rule = "conv2d_NCHW_at_root"
+    elif rows:
+        rule = "dense_rows" if compute_at else "dense_rows_at_root"
+        if compute_at and _schedule_dense_rows(s, group, tuning_config(anchor)[1]):
+            done = set(s.ops)
     elif anchor is not None and anchor.op.name == "nn.dense" and any(
             op.name == "dense_partial" for op in s.ops):
         rule = "dense" if compute_at else "dense_at_root"
@@ -861,6 +951,68 @@ def _schedule_dense(s, group, config=None) -> bool:
         stage.unroll(inner)
     for axis in dot:
         stage.tensorize(axis)
+    return True
+
+
+def _schedule_dense_rows(s, group, config=None) -> bool:
+    """dense by rows (:func:`dense_rows_compute`): the output features in blocks of ``rows``
+    (:func:`dense_rows_space`), parallel over the blocks (or the batch); per block the rows'
+    partial sums accumulated in registers over the reduction (the rows unrolled inside the
+    reduction loop, so each block of the input is loaded once for all of them), folded, the
+    tail added, and the epilogue applied to the block's outputs as one vector."""
+    dense = group.anchor_tensors[0].op
+    if len(group.outputs) != 1:
+        return False
+    out = group.outputs[0]
+    if tuple(out.shape) != tuple(dense.output.shape):
+        return False
+    stages, tail, partial = [], None, None
+    pending = [t.op for t in dense.inputs]
+    while pending:
+        op = pending.pop()
+        if op.name == "dense_tail":
+            tail = op
+        elif op.name.startswith("dense_fold"):
+            stages.append(op)
+            pending.extend(t.op for t in op.inputs)
+        elif op.name == "dense_rows_partial":
+            partial = op
+    if partial is None:
+        return False
+    features = int(out.shape[-1])
+    rows = config["rows"] if config else dense_rows_default(features)
+    if features % rows:
+        return False
+    out_stage = s[out]
+    axes = list(out.op.axis)
+    block, row = out_stage.split(axes[-1], rows)
+    batch = [a for a in axes[:-1]]
+    if rows > 1:
+        out_stage.vectorize(row)
+    if _work(partial) >= DENSE_ROWS_PARALLEL_MIN_WORK:
+        busy = [a for a in batch if a.extent > 1]
+        out_stage.parallel(busy[0] if busy else block)
+    if out.op is not dense and not s[dense].inlined:
+        s[dense].compute_at(out_stage, block)
+        s[dense].vectorize(dense.axis[-1])
+    stage = s[partial]
+    stage.compute_at(out_stage, block)
+    *outer, n, lane = partial.axis
+    stage.reorder(*outer, *partial.reduce_axis, n, lane)
+    stage.unroll(n)
+    stage.vectorize(lane)
+    for op in stages:
+        fold = s[op]
+        fold.compute_at(out_stage, block)
+        *_, n, lane = op.axis
+        fold.unroll(n)
+        fold.vectorize(lane)
+    if tail is not None:
+        stage = s[tail]
+        stage.compute_at(out_stage, block)
+        *outer, n = tail.axis
+        stage.reorder(*outer, *tail.reduce_axis, n)
+        stage.unroll(n)
     return True
 
 

@@ -552,6 +552,18 @@ _EXPECTED = {TensorType: (np.ndarray, "a tensor"), TupleType: (tuple, "a tuple")
              FuncType: (VMClosure, "a closure")}
 
 
+_NUMPY_DTYPES: dict = {}
+
+
+def _numpy_dtype(name: str):
+    """``np.dtype(name)``, made once per name (comparing dtype objects is faster than their
+    names, which numpy computes on every access)."""
+    found = _NUMPY_DTYPES.get(name)
+    if found is None:
+        found = _NUMPY_DTYPES[name] = np.dtype(name)
+    return found
+
+
 def _check_value(param, value, sizes: Optional[dict] = None):
     """``value`` as the argument of ``param``: a tensor checked for dtype and shape (and made
     contiguous; each symbolic extent checked against ``sizes``, the values the inputs before it
@@ -566,7 +578,7 @@ def _check_value(param, value, sizes: Optional[dict] = None):
                              f"{_kind_of(value)} {_short(value)}", input_name=param.name_hint,
                              expected=str(t), given=_kind_of(value))
     if cls is np.ndarray:
-        if value.dtype.name != t.dtype:
+        if value.dtype != _numpy_dtype(t.dtype):
             raise ExecutionError(f"input %{param.name_hint}: expected dtype {t.dtype}, given "
                                  f"{value.dtype.name}", input_name=param.name_hint,
                                  expected=t.dtype, given=value.dtype.name)
@@ -577,6 +589,9 @@ def _check_value(param, value, sizes: Optional[dict] = None):
                                  expected=str(t), given=tuple(value.shape))
         if sizes is not None:
             _check_symbolic(param, t, value.shape, sizes)
+        flags = value.flags
+        if flags.c_contiguous and flags.aligned:
+            return value
         return np.require(value, requirements=("C", "A"))
     if cls is tuple and len(value) != len(t.fields):
         raise ExecutionError(f"input %{param.name_hint}: expected a {len(t.fields)}-tuple of type "

@@ -384,12 +384,11 @@ def resize(ctx, inputs, attrs):
             scales = None
         if roi is not None and roi.size == 0:
             roi = None
-    if attrs.get("antialias", 0):
-        ctx.fail("antialias=1 is not supported")
     axes = attrs.get("axes")
     axes = list(range(rank)) if axes is None else [a % rank for a in axes]
     full_scales = [1.0] * rank
     full_sizes = list(shape)
+    given_scales = False
     if sizes is not None:
         policy = attrs.get("keep_aspect_ratio_policy", "stretch")
         sizes = [int(s) for s in sizes]
@@ -401,9 +400,13 @@ def resize(ctx, inputs, attrs):
             full_sizes[a] = sizes[i]
             full_scales[a] = sizes[i] / shape[a]
     elif scales is not None:
+        given_scales = True
         for i, a in enumerate(axes):
             full_scales[a] = float(scales[i])
             full_sizes[a] = int(np.floor(shape[a] * float(scales[i])))
+            if full_sizes[a] < 1 or full_scales[a] <= 0:
+                ctx.fail(f"scale {full_scales[a]} of axis {a} (extent {shape[a]}) gives an empty "
+                         f"output")
     else:
         ctx.fail("neither scales nor sizes is given")
     if full_sizes[0] != shape[0] or full_sizes[1] != shape[1]:
@@ -422,11 +425,12 @@ def resize(ctx, inputs, attrs):
     else:
         ctm = attrs.get("coordinate_transformation_mode", "half_pixel")
         rounding = attrs.get("nearest_mode", "round_prefer_floor") if method == "nearest_neighbor" else ""
-    if ctm == "half_pixel_symmetric":
-        ctx.fail("coordinate_transformation_mode='half_pixel_symmetric' is not supported")
-    if ctm not in ("tf_crop_and_resize",):
-        if any(abs(full_scales[a] - full_sizes[a] / shape[a]) > 1e-6 for a in range(2, rank)):
-            ctx.fail("scales that are not output size / input size are not supported")
+    # the coordinate mapping uses the given scales themselves (the output extent is their floor)
+    scale_attr = tuple(full_scales[2:]) if given_scales and any(
+        abs(full_scales[a] - full_sizes[a] / shape[a]) > 1e-12 for a in range(2, rank)) else None
+    antialias = int(attrs.get("antialias", 0)) if method in ("linear", "cubic") else 0
+    if antialias and scale_attr is None:
+        scale_attr = tuple(full_scales[2:])
     roi_attr = None
     if ctm == "tf_crop_and_resize":
         if roi is None:
@@ -443,7 +447,8 @@ def resize(ctx, inputs, attrs):
                 coordinate_transformation_mode=ctm, rounding_method=rounding,
                 cubic_alpha=attrs.get("cubic_coeff_a", -0.75),
                 cubic_exclude=attrs.get("exclude_outside", 0),
-                extrapolation_value=attrs.get("extrapolation_value", 0.0))
+                extrapolation_value=attrs.get("extrapolation_value", 0.0), scale=scale_attr,
+                antialias=antialias)
 
 
 # ---- quantized ops ---------------------------------------------------------------------------------

@@ -3,10 +3,13 @@ backend node tests that judges relaybench and ONNX Runtime alike.
 
 ``RelaybenchBackend.prepare(model, device="CPU", target="interpreter")`` imports the model and
 returns a rep whose ``run(inputs)`` gives the outputs; ``target="llvm"`` builds it with
-``rb.build`` instead (the graph executor). An op that needs an input's *value* at import time
-(Reshape's shape, Slice's starts given as graph inputs, as many node tests do) is served by
-binding that input to the value given to ``run`` and importing again, once per distinct value:
-relaybench's shape ops are static, so the model is specialized to it, as a JIT would.
+``rb.build`` instead (the graph executor); ``loops=`` is passed to the importer. An op that
+needs an input's *value* at import time (Reshape's shape, Slice's starts given as graph
+inputs, as many node tests do) is served by binding that input to the value given to ``run``
+and importing again, once per distinct value: relaybench's shape ops are static, so the model
+is specialized to it, as a JIT would. For a compiled target the inputs that bound a Loop's
+trip count or condition are bound too, so that the loop is unrolled (the graph executor runs
+no recursive function).
 
 The node tests ship with ``onnx`` (``onnx/backend/test/data/node``: a model and input/output
 protobufs per case). :func:`node_cases` lists them with a category (``float``, ``integer``,
@@ -37,8 +40,10 @@ except ImportError:  # pragma: no cover - the module is imported only where onnx
 class RelaybenchRep(BackendRep):
     """A prepared model: imports (and specializes) on first run, then runs on ``target``."""
 
-    def __init__(self, model, target: str = "interpreter", opt_level: int = 3):
+    def __init__(self, model, target: str = "interpreter", opt_level: int = 3,
+                 loops: str = "unroll"):
         self.model = model
+        self.loops = loops
         self.target = target
         self.opt_level = opt_level
         self.input_names = [vi.name for vi in model.graph.input
@@ -57,14 +62,22 @@ class RelaybenchRep(BackendRep):
             if key in self._compiled:
                 return self._compiled[key]
             static = {n: feeds[n] for n in self._static_names}
+            importer = GraphImporter(self.model, static_inputs=static, loops=self.loops)
             try:
-                mod, params = GraphImporter(self.model, static_inputs=static).run()
+                mod, params = importer.run()
             except NeedsStaticValue as err:
                 wanted = graph_inputs_behind(self.model, err.input_name) & set(feeds)
                 if wanted - self._static_names:
                     self._static_names |= wanted
                     continue
                 raise
+            if self.target != "interpreter" and importer.loop_bounds:
+                # the graph executor runs no recursive function: bind what bounds the loops
+                wanted = set().union(*(graph_inputs_behind(self.model, n)
+                                       for n in importer.loop_bounds)) & set(feeds)
+                if wanted - self._static_names:
+                    self._static_names |= wanted
+                    continue
             runner = self._compile(mod, params)
             self._compiled[key] = runner
             self.mod = mod

@@ -165,6 +165,7 @@ class Context:
         self.version = version     # the op schema's since-version selected by the model's opset
         self.opset = opset         # the model's opset of the node's domain
         self.where = f"{node.op_type} node {node.name or node.output[0]!r}"
+        self.loops = importer.loops   # "unroll" or "recursive": how Loop and Scan are imported
 
     # ---- types --------------------------------------------------------------------------------
     def type(self, expr: Expr):
@@ -249,8 +250,13 @@ class GraphImporter:
     """Walks one ONNX model; ``run()`` returns ``(mod, params)``."""
 
     def __init__(self, model, shape=None, dtype="float32", opset=None, freeze_params=True,
-                 static_inputs=None):
+                 static_inputs=None, loops="unroll"):
+        from ._control import LOOP_MODES
         from .table import CONVERTERS
+        if loops not in LOOP_MODES:
+            raise ValueError(f"from_onnx: loops={loops!r}; expected one of "
+                             f"{', '.join(map(repr, LOOP_MODES))}")
+        self.loops = loops
         self.model = model
         self.graph = model.graph
         self.table = CONVERTERS
@@ -272,6 +278,8 @@ class GraphImporter:
         self.params: dict = {}
         self._sym: dict = {}
         self.shape_values: dict = {}   # id(expr) -> object array of dims (ints, symbolic dims)
+        self.loop_bounds: list = []    # names of the data-dependent trip counts and conditions
+        #                                of loops made recursive under loops="unroll"
 
     # ---- lookups ------------------------------------------------------------------------------
     def lookup(self, name: str):
@@ -605,7 +613,7 @@ def load_model(model_or_path):
 
 
 def from_onnx(model_or_path, shape=None, dtype="float32", opset=None, freeze_params=True,
-              static_inputs=None):
+              static_inputs=None, loops="unroll"):
     """Import an ONNX model as ``(mod, params)``, Relay's ``relay.frontend.from_onnx``.
 
     ``shape`` maps input names to shapes (an entry may be an int, a symbolic name or None for
@@ -615,6 +623,13 @@ def from_onnx(model_or_path, shape=None, dtype="float32", opset=None, freeze_par
     computations), ``False`` makes them parameters of ``@main`` returned in ``params``.
     ``static_inputs`` maps graph inputs to values that are bound as constants (for ops that need
     their value at import time).
+
+    ``loops`` says how ``Loop`` and ``Scan`` are imported: ``"unroll"`` (the default) unrolls
+    every ``Scan`` and every ``Loop`` whose iterations are known at import time, so that the
+    graph executor can compile them, and makes the other loops recursive Relay functions;
+    ``"recursive"`` makes every ``Loop`` and ``Scan`` a local recursive function (its scan
+    outputs accumulated along an axis of extent ``?``), never unrolled, which the interpreter
+    and the VM run.
 
     >>> import onnx
     >>> from onnx import helper, TensorProto
@@ -629,4 +644,5 @@ def from_onnx(model_or_path, shape=None, dtype="float32", opset=None, freeze_par
     """
     model = load_model(model_or_path)
     return GraphImporter(model, shape=shape, dtype=dtype, opset=opset,
-                         freeze_params=freeze_params, static_inputs=static_inputs).run()
+                         freeze_params=freeze_params, static_inputs=static_inputs,
+                         loops=loops).run()

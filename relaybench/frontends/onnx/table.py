@@ -13,7 +13,9 @@ The converters live in the family files: :mod:`._math` (elementwise, activations
 domains are keyed ``domain.OpType`` (``ai.onnx.ml.Binarizer``).
 
 Recurrences whose length is static (Scan, Loop with a known trip count and condition, RNN, GRU,
-LSTM, LinearAttention) are unrolled into the program, one step after another; ops whose output
+LSTM, LinearAttention) are unrolled into the program, one step after another (Loop and Scan
+become recursive functions instead under ``from_onnx(..., loops="recursive")``, and a Loop whose
+iterations depend on the data always does); ops whose output
 shape depends on the data (NonZero, Unique, NonMaxSuppression) need their inputs at import time,
 where they are computed into constants (the backend binds the inputs it is given, see
 :mod:`.backend`).
@@ -215,7 +217,7 @@ CONVERTERS = {
     "QLinearMatMul": [(10, N.qlinear_matmul)],
     # ---- control flow ----------------------------------------------------------------------------
     "If": [(1, F.if_)],
-    "Scan": [(9, F.scan)],
+    "Scan": [(8, F.scan)],
     "Loop": [(1, F.loop)],
 }
 

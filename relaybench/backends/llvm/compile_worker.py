@@ -1,0 +1,241 @@
+"""LLVM IR text to object code, in this process or in helper processes that share the work.
+
+:func:`compile_object` is the one way a kernel's LLVM IR becomes object code: parse and verify
+the text, give each externally visible function a unique symbol, run LLVM's -O3 pipeline (new
+pass manager) and emit object code for the host. The JIT (:mod:`.jit`) calls it for a single
+kernel; :class:`WorkerPool` runs it in other processes too, so that a build with many kernels
+to compile uses more than one core. llvmlite lets one thread of a process into LLVM at a time
+(a process-wide lock around every call), so only processes compile side by side.
+
+This file imports nothing but the standard library and llvmlite: a helper process runs it as a
+script (never importing relaybench), reads pickled jobs from its standard input and writes
+pickled results to its standard output. Each job carries the host's triple, CPU name and
+features, so a helper emits the very object code the JIT would.
+
+>>> from llvmlite import ir
+>>> mod = ir.Module("demo")
+>>> fn = ir.Function(mod, ir.FunctionType(ir.IntType(64), [ir.IntType(64)]), "twice")
+>>> b = ir.IRBuilder(fn.append_basic_block("entry"))
+>>> _ = b.ret(b.mul(fn.args[0], ir.Constant(ir.IntType(64), 2)))
+>>> import llvmlite.binding as llvm
+>>> llvm.initialize_native_target(); llvm.initialize_native_asmprinter()
+>>> triple = llvm.get_process_triple()
+>>> machine = llvm.Target.from_triple(triple).create_target_machine(opt=3, jit=True)
+>>> obj, text, symbols = compile_object(llvm, machine, triple, str(mod), "0123456789abcdef0123")
+>>> symbols, len(obj) > 0
+({'twice': 'twice_0123456789abcdef'}, True)
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+
+__all__ = ["compile_object", "WorkerPool", "worker_count"]
+
+
+def compile_object(llvm, machine, triple: str, text: str, digest: str) -> tuple:
+    """``(object code, optimized LLVM IR text, {function: symbol})`` of the module ``text``.
+
+    ``llvm`` is ``llvmlite.binding`` (initialized for the native target), ``machine`` the target
+    machine (for ``triple``) to optimize and emit for; ``digest`` (the kernel's cache key) makes
+    the symbols unique. Raises ``RuntimeError`` when LLVM rejects the IR.
+    """
+    mod = llvm.parse_assembly(text)
+    mod.verify()
+    mod.triple = triple
+    mod.data_layout = str(machine.target_data)
+    symbols = {}
+    for fn in mod.functions:
+        if fn.is_declaration:
+            continue
+        if fn.linkage == llvm.Linkage.external:
+            original = fn.name
+            fn.name = f"{original}_{digest[:16]}"
+            symbols[original] = fn.name
+    # A pass builder per compile, on purpose: llvmlite registers each run's instrumentation
+    # callbacks (which point into that run's stack frame) in the builder, so a builder used
+    # again would call dead callbacks and gather more on every run; its module pass manager
+    # cannot run twice at all (its passes are moved out). Each builder's instrumentation
+    # table is never freed by llvmlite (about 75 KB per compile, measured over 1000 small
+    # kernels, the same with one builder reused), a cost only fewer compiles avoid.
+    tuning = llvm.create_pipeline_tuning_options(speed_level=3)
+    tuning.loop_vectorization = True
+    tuning.slp_vectorization = True
+    tuning.loop_unrolling = True
+    builder = llvm.create_pass_builder(machine, tuning)
+    builder.getModulePassManager().run(mod, builder)
+    return machine.emit_object(mod), str(mod), symbols
+
+
+def worker_count(jobs: int) -> int:
+    """How many helper processes ``jobs`` compiles are worth: one per core left idle (the cores
+    less the load average, which counts this process), at most one per job beyond the first,
+    at most 7; none for fewer than 3 jobs (starting a helper costs about as much as a small
+    kernel). On a machine whose cores are busy, a helper only slows the build down."""
+    if jobs < 3:
+        return 0
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    try:
+        idle = int(cores - os.getloadavg()[0])
+    except (AttributeError, OSError):
+        idle = cores - 1
+    return max(0, min(idle, cores - 1, jobs - 1, 7))
+
+
+class _Worker:
+    """One helper process and the pipes to it."""
+
+    def __init__(self):
+        code = ("import runpy, sys; sys.argv = sys.argv[1:]; "
+                "runpy.run_path(sys.argv[0], run_name='__main__')")
+        self.process = subprocess.Popen([sys.executable, "-c", code, os.path.abspath(__file__)],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+    def run(self, job: tuple) -> tuple:
+        """Send one job, wait for its result ``(ok, value, seconds)``; EOFError if it died."""
+        pickle.dump(job, self.process.stdin, protocol=pickle.HIGHEST_PROTOCOL)
+        self.process.stdin.flush()
+        return pickle.load(self.process.stdout)
+
+    def close(self) -> None:
+        try:
+            self.process.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.process.stdout.close()
+
+
+class WorkerPool:
+    """Compile jobs ``(make_text, digest, name)`` here and in ``workers`` helper processes at once.
+
+    ``make_text()`` gives the module's LLVM IR text; this process makes the texts one after the
+    other while the helpers start and compile the first ones. ``compile_here(text, digest,
+    name)`` compiles one job in this process (the JIT's own machine, under its lock) and
+    returns ``(object, ir, symbols)``. :meth:`run` returns ``{digest: ((object, ir, symbols),
+    seconds)}`` for the jobs that compiled; a job whose text cannot be made or that LLVM
+    rejected is left out (compiled again alone, it raises the error where it is expected). A
+    helper that cannot start or dies hands its job back; this process finishes them.
+    """
+
+    def __init__(self, compile_here, host: tuple, workers: int):
+        self.compile_here = compile_here
+        self.host = host  # (triple, cpu, features)
+        self.workers = workers
+
+    def run(self, jobs: list) -> dict:
+        queue: deque = deque()
+        ready = threading.Condition()
+        state = {"made": False}
+        results: dict = {}
+
+        def take(wait: bool):
+            with ready:
+                while not queue and wait and not state["made"]:
+                    ready.wait()
+                return queue.popleft() if queue else None
+
+        def helper():
+            try:
+                worker = _Worker()
+            except OSError:
+                return
+            try:
+                while True:
+                    job = take(wait=True)
+                    if job is None:
+                        return
+                    text, digest, name = job
+                    try:
+                        ok, value, seconds = worker.run((text, digest, name) + self.host)
+                    except (EOFError, OSError, pickle.UnpicklingError):
+                        with ready:
+                            queue.append(job)  # the helper died: this process does the job
+                        return
+                    if ok:
+                        with ready:
+                            results[digest] = (tuple(value), seconds)
+            finally:
+                worker.close()
+
+        threads = [threading.Thread(target=helper, daemon=True) for _ in range(self.workers)]
+        for t in threads:
+            t.start()
+        try:
+            for make_text, digest, name in jobs:
+                try:
+                    text = make_text()
+                except Exception:  # raised again, naming the kernel, when it is compiled alone
+                    continue
+                with ready:
+                    queue.append((text, digest, name))
+                    ready.notify()
+        finally:
+            with ready:
+                state["made"] = True
+                ready.notify_all()
+        while True:
+            job = take(wait=False)
+            if job is None:
+                break
+            self._here(job, results)
+        for t in threads:
+            t.join()
+        while queue:  # a helper that died after the queue ran dry handed its job back
+            self._here(queue.popleft(), results)
+        return results
+
+    def _here(self, job: tuple, results: dict) -> None:
+        text, digest, name = job
+        t0 = time.perf_counter()
+        try:
+            value = self.compile_here(text, digest, name)
+        except Exception:  # LLVM rejected it: compiled again alone, it raises there
+            return
+        results[digest] = (value, time.perf_counter() - t0)
+
+
+def _serve(stdin, stdout) -> None:
+    """The helper's loop: a job ``(text, digest, name, triple, cpu, features)`` in, ``(True,
+    (object, ir, symbols), seconds)`` or ``(False, message, seconds)`` out, until end of input."""
+    import llvmlite.binding as llvm
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    machines: dict = {}
+    while True:
+        try:
+            job = pickle.load(stdin)
+        except EOFError:
+            return
+        text, digest, name, triple, cpu, features = job
+        t0 = time.perf_counter()
+        try:
+            machine = machines.get((triple, cpu, features))
+            if machine is None:
+                machine = machines[(triple, cpu, features)] = llvm.Target.from_triple(
+                    triple).create_target_machine(cpu=cpu, features=features, opt=3, jit=True)
+            reply = (True, compile_object(llvm, machine, triple, text, digest))
+        except Exception as err:
+            reply = (False, f"{type(err).__name__}: {err}")
+        pickle.dump(reply + (time.perf_counter() - t0,), stdout, protocol=pickle.HIGHEST_PROTOCOL)
+        stdout.flush()
+
+
+if __name__ == "__main__":
+    # the protocol owns the original standard output; anything else printed goes to stderr
+    _out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    _serve(sys.stdin.buffer, _out)

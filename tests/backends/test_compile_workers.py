@@ -1,0 +1,35 @@
+"""Kernels compiled by helper processes (relaybench/backends/llvm/compile_worker.py), which a
+build uses when cores are idle: forced on here, the build's answers against numpy."""
+
+import numpy as np
+
+import relaybench as rb
+from relaybench import op
+from relaybench.backends.llvm import compile_worker
+from relaybench.ir import Function, IRModule
+from relaybench.ir.builder import const, var
+
+
+def test_a_build_whose_kernels_helper_processes_compiled(monkeypatch, tmp_path):
+    monkeypatch.setenv("RB_CACHE_DIR", str(tmp_path / "kernels"))
+    used = []
+
+    def two(jobs):
+        used.append(jobs)
+        return 2
+    monkeypatch.setattr(compile_worker, "worker_count", two)
+    rng = np.random.default_rng(3)
+    w1 = rng.standard_normal((29, 41)).astype("float32")
+    w2 = rng.standard_normal((13, 29)).astype("float32")
+    x = var("x", shape=(3, 41))
+    h = op.tanh(op.nn.dense(x, const(w1)))
+    y = op.exp(op.multiply(op.nn.dense(op.nn.softmax(h), const(w2)), const(np.float32(0.37))))
+    lib = rb.build(IRModule.from_expr(Function([x], op.nn.relu(op.subtract(y, const(
+        np.float32(1.01)))))), target="llvm")
+    assert used and used[0] >= 3      # the kernels were handed to the helpers
+    data = rng.standard_normal((3, 41)).astype("float32")
+    hidden = np.tanh(data.astype("float64") @ w1.T)
+    soft = np.exp(hidden - hidden.max(axis=1, keepdims=True))
+    soft /= soft.sum(axis=1, keepdims=True)
+    want = np.maximum(np.exp((soft @ w2.T) * 0.37) - 1.01, 0)
+    np.testing.assert_allclose(np.asarray(lib.run(x=data)), want, rtol=1e-5, atol=1e-6)
