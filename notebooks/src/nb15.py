@@ -24,8 +24,13 @@ machine, learns a cost model from the measurements, and proposes the next ones w
 annealing on that model.
 
 Here the whole loop is `rb.autotune`: `extract_tasks`, `tune`, and `apply_history_best`.
+By default the 3x3 stride-1 convolutions of 64 channels or more are Winograd convolutions
+(`RB_WINOGRAD=auto`), whose schedule has no knobs yet; this notebook turns Winograd off to
+search the direct kernel's space on every convolution.
 """)
 code("""
+import os
+os.environ["RB_WINOGRAD"] = "off"     # the direct convolution everywhere (see above)
 import numpy as np
 import matplotlib.pyplot as plt
 import relaybench as rb

@@ -200,8 +200,11 @@ def winograd_weight_transform_rel(types, attrs):
 
 def _weight_transform_reference(w, attrs):
     _, g, _ = winograd_float_matrices(attrs.tile_size, w.shape[2])
-    u = np.einsum("ek,oikl,ul->euoi", g, w.astype(np.float64), g, optimize=True)
-    return np.ascontiguousarray(u.astype(w.dtype))
+    g = np.asarray(g, np.float64)
+    # G g G^T for every (O, I) pair as two matrix products over all pairs at once
+    left = np.tensordot(g, w.astype(np.float64), axes=([1], [2]))     # (alpha, O, I, r)
+    u = np.tensordot(left, g, axes=([3], [1]))                          # (alpha, O, I, alpha)
+    return np.ascontiguousarray(u.transpose(0, 3, 1, 2), dtype=w.dtype)
 
 
 def _lin(coefficients, terms):

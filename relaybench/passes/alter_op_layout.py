@@ -155,7 +155,9 @@ def x86_conv2d_layouts(attrs, inputs, tinfos, out_type, max_block: Optional[int]
     else:
         ic, oc = channel_block(in_channels, max_block), channel_block(out_channels, max_block)
     if groups == 1:
-        tile = winograd_tile(attrs, data, weight, out_type, ic, oc)
+        from ..ir.expr import Constant
+        tile = winograd_tile(attrs, data, weight, out_type, ic, oc,
+                             constant_weight=isinstance(inputs[1], Constant))
         if tile:
             return _winograd_call(inputs, attrs, tile, ic, oc)
         kernel = f"OIHW{ic}i{oc}o"
@@ -179,30 +181,31 @@ def winograd_mode() -> str:
     return mode
 
 
-def winograd_tile(attrs, data, weight, out_type, ic: int, oc: int) -> int:
+def winograd_tile(attrs, data, weight, out_type, ic: int, oc: int,
+                  constant_weight: bool = True) -> int:
     """The Winograd tile size for an ``nn.conv2d`` call (0: the direct convolution), by
     ``RB_WINOGRAD`` and the rule that ``bench/winograd.py`` measured (see the module text).
 
     Only float32 3x3 convolutions of stride 1, dilation 1 and one group qualify, with channel
     blocks of at least 8 lanes (the matrix products are vectorized over output channels and the
-    transforms over input channels). ``auto`` takes F(4x4, 3x3) where the input has at least
-    :data:`WINOGRAD_MIN_CHANNELS` channels, the output at least :data:`WINOGRAD_MIN_SIZE` rows
-    and columns and the direct convolution at least :data:`WINOGRAD_MIN_FLOPS`, and the direct
-    convolution elsewhere; ``on`` every qualifying call, F(4x4) when the output is at least 8
-    wide, else F(2x2).
+    transforms over input channels). ``auto`` takes F(4x4, 3x3) where the weight is a constant
+    (its transform is then folded at compile time), the input and the output have at least
+    :data:`WINOGRAD_MIN_CHANNELS` channels and the output at least :data:`WINOGRAD_MIN_SIZE`
+    rows and columns, and the direct convolution elsewhere; ``on`` every qualifying call,
+    F(4x4) when the output is at least 8 wide, else F(2x2); ``2`` and ``4`` force a tile.
 
-    The rule follows ``bench/winograd.py`` (2 threads, AVX-512): F(4x4) was the fastest on
-    every VGG-16 layer (1.3x to 2.7x the direct kernel's speed; F(2x2) in between) and slower
-    than the direct kernel on every ResNet-18 layer (0.7x to 0.8x), whose 0.23 GFLOP each leave
-    the transforms' cost uncovered.
+    The rule follows ``bench/winograd.py`` on one thread of an idle AVX-512 machine: F(4x4)
+    took 0.3-0.7x the direct kernel's time on every ResNet-18 and VGG-16 layer (ResNet-18's
+    64 -> 64 at 56x56: 0.64 ms against 2.01 ms), and also on smaller ones down to 16 channels
+    and 7x7 outputs, where the gain is small against its compile time; F(2x2) fell in between.
 
     >>> attrs = {"kernel_size": (3, 3), "strides": (1, 1), "dilation": (1, 1), "groups": 1}
     >>> from relaybench.ir.types import TensorType
     >>> x, w = TensorType((1, 128, 112, 112), "float32"), TensorType((128, 128, 3, 3), "float32")
     >>> winograd_tile(attrs, x, w, TensorType((1, 128, 112, 112), "float32"), 16, 16)
     4
-    >>> x, w = TensorType((1, 64, 56, 56), "float32"), TensorType((64, 64, 3, 3), "float32")
-    >>> winograd_tile(attrs, x, w, TensorType((1, 64, 56, 56), "float32"), 16, 16)
+    >>> x, w = TensorType((1, 32, 56, 56), "float32"), TensorType((32, 32, 3, 3), "float32")
+    >>> winograd_tile(attrs, x, w, TensorType((1, 32, 56, 56), "float32"), 16, 16)
     0
     """
     mode = winograd_mode()
@@ -218,22 +221,19 @@ def winograd_tile(attrs, data, weight, out_type, ic: int, oc: int) -> int:
         return int(mode)
     if mode == "on":
         return 4 if min(oh, ow) >= 8 else 2
-    channels = int(data.shape[1])
-    flops = 2 * 9 * channels * int(out_type.shape[1]) * oh * ow * int(out_type.shape[0])
-    if channels >= WINOGRAD_MIN_CHANNELS and min(oh, ow) >= WINOGRAD_MIN_SIZE \
-            and flops >= WINOGRAD_MIN_FLOPS:
+    if constant_weight and min(int(data.shape[1]), int(out_type.shape[1])) \
+            >= WINOGRAD_MIN_CHANNELS and min(oh, ow) >= WINOGRAD_MIN_SIZE:
         return 4
     return 0
 
 
 WINOGRAD_MIN_CHANNELS = 64
-"""``RB_WINOGRAD=auto``: the fewest input channels for which Winograd is taken."""
+"""``RB_WINOGRAD=auto``: the fewest input and output channels for which Winograd is taken (it
+wins below too, by less, and each Winograd kernel takes about a second of LLVM's time to
+compile)."""
 
-WINOGRAD_MIN_SIZE = 14
+WINOGRAD_MIN_SIZE = 7
 """``RB_WINOGRAD=auto``: the smallest output height and width for which Winograd is taken."""
-
-WINOGRAD_MIN_FLOPS = 500_000_000
-"""``RB_WINOGRAD=auto``: the fewest FLOPs of the direct convolution for which Winograd is taken."""
 
 
 def _winograd_call(inputs, attrs, tile: int, ic: int, oc: int):

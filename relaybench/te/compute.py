@@ -87,9 +87,12 @@ def compute(shape, fcompute, name: str = "compute") -> Tensor:
 
 def _check_reduce_placement(body: Expr, name: str):
     top = body.source if isinstance(body, Reduce) else body
-    stack = [top]
+    stack, seen = [top], set()      # a shared subexpression is looked at once
     while stack:
         node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
         if isinstance(node, Reduce):
             raise CompileError(f"compute {name}: a reduction must be the whole body of the "
                                "compute; put it in a compute of its own")

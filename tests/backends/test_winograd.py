@@ -133,14 +133,24 @@ def test_whole_model_against_interpreter_and_weight_transform_folded(mode):
     assert sum("layout_transform" in r["group"] for r in groups) <= 2
 
 
-def test_rule_off_and_auto_keep_small_layers_direct():
-    mod, params = _two_convs()
-    for mode in ("off", "auto"):
+def test_rule_off_direct_auto_winograd_from_64_channels():
+    data = np.zeros((1, 64, 9, 9), "float32")
+    x = rb.var("data", shape=(1, 64, 9, 9))
+    w = rb.const(np.random.default_rng(2).standard_normal((64, 64, 3, 3)).astype("float32"))
+    wide = rb.IRModule.from_expr(rb.Function([x], op.nn.conv2d(x, w, padding=1, channels=64,
+                                                                  kernel_size=3)))
+    for mode, winograd in (("off", False), ("auto", True)):
         with config.Context(RB_WINOGRAD=mode):
-            lib = rb.build(mod, target="llvm", params=params, opt_level=3)
-        data = np.zeros((1, 16, 10, 10), "float32")
+            lib = rb.build(wide, target="llvm", opt_level=3)
         rules = [r["rule"] for r in lib.profile(number=1, data=data).groups]
-        assert "conv2d_winograd" not in rules and "conv2d_NCHWc" in rules
+        assert ("conv2d_winograd" in rules) == winograd and (
+            "conv2d_NCHWc" in rules) != winograd, (mode, rules)
+    # 16 channels: auto keeps the direct kernel (the gain is small against the compile time)
+    mod, params = _two_convs()
+    lib = rb.build(mod, target="llvm", params=params, opt_level=3)
+    rules = [r["rule"] for r in lib.profile(number=1, data=np.zeros((1, 16, 10, 10), "float32"))
+             .groups]
+    assert "conv2d_winograd" not in rules and "conv2d_NCHWc" in rules
     with config.Context(RB_WINOGRAD="sometimes"), pytest.raises(Exception, match="RB_WINOGRAD"):
         rb.build(mod, target="llvm", params=params, opt_level=3)
 

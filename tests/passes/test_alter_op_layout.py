@@ -405,7 +405,7 @@ def prepared(name):
 
 def test_resnet18_every_conv_blocked_and_transforms_only_at_the_ends():
     mod, params, bound = prepared("resnet18")
-    with rb.PassContext(opt_level=3):
+    with rb.PassContext(opt_level=3), rb.config.Context(RB_WINOGRAD="off"):
         after = rb.passes.FoldConstant()(rb.passes.AlterOpLayout()(bound))
     convs = calls(after, "nn.conv2d")
     assert len(convs) == 20
@@ -430,6 +430,23 @@ def test_resnet18_every_conv_blocked_and_transforms_only_at_the_ends():
     assert pool.attrs["layout"] == "NCHW16c"
     data = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype("float32")
     np.testing.assert_allclose(run(after, data), run(mod, data, *params.values()), rtol=1e-4, atol=1e-7)
+
+
+def test_resnet18_winograd_layers_keep_the_blocked_layout():
+    # with the default rule the 3x3 stride-1 convolutions of 64 channels or more and outputs of
+    # 7x7 or more (at this 32x32 input: layer1's four, 8x8) are Winograd ones on the same
+    # NCHW16c data, their weights' transforms folded: still two transforms in all
+    mod, params, bound = prepared("resnet18")
+    with rb.PassContext(opt_level=3), rb.config.Context(RB_WINOGRAD="auto"):
+        after = rb.passes.FoldConstant()(rb.passes.AlterOpLayout()(bound))
+    winograd = calls(after, "nn.contrib_conv2d_winograd_without_weight_transform")
+    assert len(winograd) == 4 and len(calls(after, "nn.conv2d")) == 16
+    assert all(c.attrs["data_layout"] == "NCHW16c" == c.attrs["out_layout"] for c in winograd)
+    assert len(calls(after, "layout_transform")) == 2
+    assert not calls(after, "nn.contrib_conv2d_winograd_weight_transform")
+    data = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype("float32")
+    np.testing.assert_allclose(run(after, data), run(mod, data, *params.values()), rtol=1e-4,
+                               atol=1e-6)
 
 
 @pytest.mark.parametrize("name", ["mobilenet_v2", "vgg16"])

@@ -287,9 +287,12 @@ def _decided(cond, ranges: dict):
 
 
 def _stored_buffers(stmt) -> set:
-    found, stack = set(), [stmt]
+    found, stack, seen = set(), [stmt], set()
     while stack:
         node = stack.pop()
+        if id(node) in seen:        # a subexpression shared by several parents, walked once
+            continue
+        seen.add(id(node))
         if isinstance(node, L.Store):
             found.add(node.buffer)
         L.map_children(node, lambda child: stack.append(child) or child)
