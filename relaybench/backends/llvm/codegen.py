@@ -522,9 +522,12 @@ class _VectorLoop:
                                                                          store.indices)))
         if any(len(places) > 1 for places in written.values()):
             return None  # two stores to one buffer could overlap across lanes
-        stack = list(exprs)
+        stack, seen = list(exprs), set()
         while stack:
             node = stack.pop()
+            if id(node) in seen:     # a shared subexpression, looked at once
+                continue
+            seen.add(id(node))
             if isinstance(node, L.Load) and node.buffer in written:
                 if L.to_text(node) not in written[node.buffer]:  # another lane's element
                     return None
@@ -537,6 +540,8 @@ _LLVM_INTRINSICS = {
     "floor": "llvm.floor", "ceil": "llvm.ceil", "round": "llvm.roundeven", "pow": "llvm.pow",
     "sin": "llvm.sin", "cos": "llvm.cos", "log2": "llvm.log2", "exp2": "llvm.exp2",
 }
+
+
 def _tanh_taylor(terms: int) -> list:
     """The first ``terms`` coefficients of tanh's Taylor series (of x, x**3, x**5, ...):
     ``2**(2n) (2**(2n) - 1) B(2n) / (2n)!`` with the Bernoulli numbers ``B``."""
