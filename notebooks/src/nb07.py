@@ -106,6 +106,30 @@ print("without AlterOpLayout:", slow)
 print(f"speedup from the layout: {slow.median_ms / fast.median_ms:.1f}x")
 """)
 md("""
+## Winograd: a kernel choice the layout pass makes
+
+For a 3x3 stride-1 convolution the pass can do more than block the layout. With
+`RB_WINOGRAD=auto` (the default) it rewrites those of 64 channels or more into
+`nn.contrib_conv2d_winograd_weight_transform` of the weight (a constant, so FoldConstant computes
+it at compile time: 6x6 values per 3x3 kernel) and `nn.contrib_conv2d_winograd_without_weight_transform`
+on the same `NCHW16c` data: F(4x4, 3x3) does 36 multiplications per 4x4 block of outputs where
+the direct convolution does 144. `blocked` above already has them; the same build without:
+""")
+code("""
+from relaybench import config
+
+with config.Context(RB_WINOGRAD="off"):
+    direct = rb.build(resnet, params=params, opt_level=3)
+winograd_groups = [k.name for k in blocked.kernels if k.rule == "conv2d_winograd"]
+same = bool(np.allclose(blocked.run(data=image), direct.run(data=image), rtol=1e-4, atol=1e-5))
+len(winograd_groups), same
+""", check=True)
+code("""
+with_winograd = blocked.benchmark(number=3, repeat=5)
+without = direct.benchmark(number=3, repeat=5)
+print(f"Winograd: {with_winograd.median_ms:.1f} ms, direct: {without.median_ms:.1f} ms")
+""")
+md("""
 The paper reports layout alteration as the largest single gain on CPUs (and fusion on GPUs);
 `08_composability.ipynb` measures every pass in the paper's order on four models.
 """)

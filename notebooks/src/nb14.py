@@ -150,6 +150,44 @@ except rb.frontends.onnx.UnsupportedOps as err:
     print(err)
 """, check=True)
 md("""
+## Control flow: Scan as a recursive function
+
+ONNX's `Loop` and `Scan` carry a body graph. By default the importer unrolls them when the
+number of steps is known at import (so the graph executor can compile the result); with
+`loops="recursive"` each becomes a local recursive Relay function over the step index, as Relay
+writes loops, run by the interpreter and the VM. Here a Scan keeps a running sum of the rows of
+its input and emits it at every step:
+""")
+code("""
+from onnx import TensorProto, helper
+
+body = helper.make_graph(
+    [helper.make_node("Add", ["s_in", "row"], ["s_out"]),
+     helper.make_node("Identity", ["s_out"], ["y"])], "body",
+    [helper.make_tensor_value_info("s_in", TensorProto.FLOAT, [3]),
+     helper.make_tensor_value_info("row", TensorProto.FLOAT, [3])],
+    [helper.make_tensor_value_info("s_out", TensorProto.FLOAT, [3]),
+     helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])])
+scan = helper.make_node("Scan", ["init", "xs"], ["total", "sums"], body=body, num_scan_inputs=1)
+graph = helper.make_graph(
+    [scan], "running_sum",
+    [helper.make_tensor_value_info("init", TensorProto.FLOAT, [3]),
+     helper.make_tensor_value_info("xs", TensorProto.FLOAT, [5, 3])],
+    [helper.make_tensor_value_info("total", TensorProto.FLOAT, [3]),
+     helper.make_tensor_value_info("sums", TensorProto.FLOAT, [5, 3])])
+scan_model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+looped, _ = rb.frontends.from_onnx(scan_model, loops="recursive")
+print(looped["main"].astext()[:700])
+""")
+code("""
+init = np.zeros(3, "float32")
+xs = np.arange(15, dtype="float32").reshape(5, 3)
+want = ort.InferenceSession(scan_model.SerializeToString()).run(None, {"init": init, "xs": xs})
+vm = rb.vm.VirtualMachine(rb.vm.compile(looped))
+got = vm.run(init, xs)
+[bool(np.allclose(g, w)) for g, w in zip(got, want)]
+""", check=True)
+md("""
 ## How much of ONNX
 
 `bench/onnx_conformance.py` runs the node tests that ship with the `onnx` package (one small
