@@ -262,13 +262,12 @@ class AotModule:
                 stack.pop()
                 continue
             head = heads.pop(addr, None)
-            if head is not None:
-                pass
-            elif low <= addr and addr + span <= high:
-                k = (addr - low) >> 3
-                head = view[k:k + header + 8].tolist()
-            else:
-                head = words(addr, header + 8)
+            if head is None:
+                if low <= addr and addr + span <= high:
+                    k = (addr - low) >> 3
+                    head = view[k:k + header + 8].tolist()
+                else:
+                    head = words(addr, header + 8)
             kind = head[0]
             if kind == kind_tensor:
                 stack.pop()
