@@ -373,7 +373,7 @@ def _configure_reproduce(parser: argparse.ArgumentParser) -> None:
                         help="models, by comma or space (default: composability: resnet18, "
                              "mobilenet_v2, dqn, vgg16; quantization: resnet18, mobilenet_v2, "
                              "vgg16, dqn for the agreement, resnet18, mobilenet_v2 for the speed; "
-                             "accelerator: resnet18, resnet34, resnet50)")
+                             "accelerator: resnet18, resnet34, resnet50, tree_lstm)")
     parser.add_argument("--targets", nargs="+", metavar="TARGET",
                         help="targets, by comma or space (default: llvm; quantization runs on "
                              "llvm only); accelerator: the designs, e.g. accel 'accel -batch=4' "

@@ -484,7 +484,8 @@ def _pack_for_accel(mod: IRModule, target: Target) -> IRModule:
     from ..passes import InferType
     from ..passes.graph_pack import graph_pack
     config = target.accel_config()
-    main = InferType()(mod)["main"]
+    mod = InferType()(mod)
+    main = mod["main"]
     convs = [n for n in post_order(main.body)
              if isinstance(n, Call) and isinstance(n.op, Op) and n.op.name == "nn.conv2d"]
     if any("n" in (c.attrs.data_layout or "").lower().replace("nchw", "") for c in convs):
@@ -493,7 +494,7 @@ def _pack_for_accel(mod: IRModule, target: Target) -> IRModule:
     dense = [n for n in post_order(main.body) if isinstance(n, Call) and isinstance(n.op, Op)
              and n.op.name == "nn.dense" and str(n.args[0].checked_type.dtype) == "int8"]
     if not int8 and not dense:
-        return mod
+        return _pack_dense_functions(mod, config)
     from ..passes.graph_pack import GraphPackError
     # a network of convolutions packs between its first pooling and its global pooling (VTA's
     # ResNet flow); one of dense layers only (a multilayer perceptron) packs from end to end
@@ -505,6 +506,31 @@ def _pack_for_accel(mod: IRModule, target: Target) -> IRModule:
         # no start and stop to pack between, or shapes the blocks do not divide: the program
         # runs on the CPU (compile_stats.cpu_reasons says why for each group)
         return mod
+
+
+def _pack_dense_functions(mod: IRModule, config) -> IRModule:
+    """The requantized int8 dense layers of the module's other functions (a recursive cell that
+    ``@main`` calls, as in a quantized TreeLSTM) packed for the accelerator, each function from
+    end to end (:func:`~relaybench.passes.graph_pack.graph_pack` with ``start_name=None``,
+    ``stop_name=None``; closures nested in a function are not entered)."""
+    from ..passes.graph_pack import GraphPackError, _pack_function
+    from ..passes.fold_constant import fold_constant
+    from ..passes.infra import SKIPPED_FUNCTION_ATTRS, typed
+    for gv in list(mod.functions):
+        func = mod[gv]
+        if gv.name_hint == "main" or any(func.attrs.get(a) for a in SKIPPED_FUNCTION_ATTRS):
+            continue
+        if not any(isinstance(n, Call) and isinstance(n.op, Op) and n.op.name == "nn.dense"
+                   and str(n.args[0].checked_type.dtype) == "int8" for n in post_order(func.body)):
+            continue
+        try:
+            packed = _pack_function(func, config.batch, config.block_out, None, None, None, None,
+                                    False, True, mod, name=gv.name_hint)
+        except GraphPackError:
+            continue     # left as it is: its groups run on the CPU
+        mod = typed(mod.with_functions({**mod.functions, gv: packed}))
+        mod = typed(mod.with_functions({**mod.functions, gv: fold_constant(mod[gv], mod)}))
+    return mod
 
 
 def build(mod, target="llvm", params: Optional[dict] = None, opt_level: int = 3, *,

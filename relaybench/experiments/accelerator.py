@@ -6,7 +6,8 @@ Relay's flow: quantize, ``graph_pack`` the int8 convolutions into the accelerato
 them on VTA and the rest on the ARM core. It reports ResNet-18 at 307 ms on the CPU only, 65 ms
 with the single-batch design and 61 ms with the multi-batch one (:data:`PAPER`).
 
-This file runs the same flow with :mod:`relaybench.backends.accel`, for every model and design:
+This file runs the same flow with :mod:`relaybench.backends.accel`, for every model and design
+(the TreeLSTM, a recursive program, as :func:`_tree_rows` says):
 
 * **the quantized model**: ``rb.quantize.quantize(mod, params)`` under
   ``qconfig(global_scale=8.0, skip_conv_layers=[0])`` (VTA's settings: the first convolution in
@@ -66,7 +67,17 @@ __all__ = ["accelerator", "AcceleratorResult", "AcceleratorMismatchError", "MODE
            "PAPER", "COLUMNS", "QCONFIG", "CPU_ONLY", "design_label", "check_designs"]
 
 #: The default models and designs.
-MODELS: tuple = ("resnet18", "resnet34", "resnet50")
+MODELS: tuple = ("resnet18", "resnet34", "resnet50", "tree_lstm")
+
+#: The recursive models (run by the VM, their accelerator groups called once per tree node) and
+#: their quantization: the dense layers quantized too, and every layer's int32 result stored as
+#: int8 before it leaves the quantized operators (what a VTA-like accelerator stores).
+TREE_MODELS: tuple = ("tree_lstm",)
+TREE_QCONFIG: dict = {"global_scale": 8.0, "skip_dense_layer": False, "skip_conv_layers": None,
+                      "store_lowbit_output": True}
+#: The TreeLSTM's sizes and tree: input and hidden 128, a full binary tree of 5 levels.
+TREE_SIZES: dict = {"input_size": 128, "hidden_size": 128}
+TREE_DEPTH = 5
 DESIGNS: tuple = ("accel", "accel -batch=4")
 
 #: The paper's figures, ms per image (VTA on a Pynq board at 100 MHz, ARM Cortex-A9 CPU). Only
@@ -337,7 +348,21 @@ class AcceleratorResult:
                 f"image; 'simulator s/run' is the host's wall time for one run of the whole "
                 f"network (batch images) through the simulator. The paper's figures "
                 f"(ResNet-18: 307 ms CPU only, 65 ms single-batch, 61 ms multi-batch) are at "
-                f"224x224; ResNet-34 and ResNet-50 figures are not given here.")
+                f"224x224; ResNet-34 and ResNet-50 figures are not given here."
+                + (self._tree_notes() if any(r["model"] in TREE_MODELS for r in self.rows) else ""))
+
+    def _tree_notes(self) -> str:
+        return (f" TreeLSTM (input and hidden {TREE_SIZES['hidden_size']}, a full "
+                f"{2 ** TREE_DEPTH - 1}-node tree): quantized with "
+                f"qconfig({', '.join(f'{k}={v!r}' for k, v in TREE_QCONFIG.items())}) (its dense "
+                f"layers quantized in the recursive cell, each layer's result stored as int8); "
+                f"run by the VM, whose bytecode loop in Python is part of every 'cpu ms' (the "
+                f"CPU-only row and the designs alike); the accelerator runs the three requantized "
+                f"dense layers of the cell (one call each per tree node), the forget gate's layer "
+                f"inside the closure given to foldl stays on the CPU. Each design's output equals "
+                f"the same packed program run by the VM on the CPU bit for bit; the unpacked "
+                f"llvm build agrees within a float rounding (its float gates are fused "
+                f"differently, so LLVM contracts another multiply-add).")
 
     def plot(self):
         """A matplotlib Figure: per model, a bar for the CPU only and a stacked bar per design
@@ -461,6 +486,9 @@ def accelerator(models: Union[str, Iterable[str]] = MODELS, image_shape=(3, 224,
     try:
         for name in names:
             bar.update(f"{name} cpu only")
+            if name in TREE_MODELS:
+                rows.extend(_tree_rows(name, chosen, configs, number, repeat, seed, bar, outputs))
+                continue
             quantized = {1: _quantized(name, 1, kwargs_of[name])}
             reference = {1: build(quantized[1], target="llvm", opt_level=3)}
             input_name, shape, dtype = _single_input(reference[1], name)
@@ -524,6 +552,117 @@ def accelerator(models: Union[str, Iterable[str]] = MODELS, image_shape=(3, 224,
                 "clock_mhz": clocks[0] if len(clocks) == 1 else clocks,
                 "seconds": round(time.perf_counter() - started, 1)}
     return AcceleratorResult(rows, settings, outputs)
+
+
+def _tree_quantized(name: str, batch: int):
+    from .. import models as zoo
+    from ..quantize import qconfig, quantize
+    mod, params = zoo.get(name, batch_size=batch, **TREE_SIZES)
+    with qconfig(**TREE_QCONFIG):
+        return quantize(mod, params)
+
+
+def _tree_input(batch: int, seed: int):
+    from ..adt import from_python
+    from .nlp import full_tree
+    rng = np.random.default_rng(seed)
+    tree = full_tree(TREE_DEPTH, lambda: rng.standard_normal(
+        (batch, TREE_SIZES["input_size"])).astype("float32"))
+    return tree, from_python(tree, "Tree")
+
+
+def _timed_rounds(run, number: int, repeat: int, accel=()) -> tuple:
+    """Median over ``repeat`` rounds of ``number`` calls of ``run``: (wall ms per call, the
+    part spent outside the accelerator kernels ``accel`` (their host time taken off), per
+    call)."""
+    import gc
+    walls, outside = [], []
+    for _ in range(repeat):
+        for k in accel:
+            k.reset_totals()
+        # as timeit does: the garbage the simulator leaves would otherwise be collected at
+        # whatever allocation comes next, and charged to the CPU's part
+        gc.collect()
+        gc.disable()
+        try:
+            t0 = time.perf_counter()
+            for _ in range(number):
+                run()
+            wall = (time.perf_counter() - t0) / number
+        finally:
+            gc.enable()
+        host = sum(k.totals["host_seconds"] for k in accel) / number
+        walls.append(wall * 1e3)
+        outside.append((wall - host) * 1e3)
+    return float(np.median(walls)), float(np.median(outside))
+
+
+def _tree_rows(name: str, designs: list, configs: dict, number: int, repeat: int, seed: int,
+               bar, outputs: dict) -> list:
+    """The rows of a recursive model: the quantized program on the VM, built for llvm (the CPU
+    only) and for each design (its accelerator groups run in the simulator, once per tree node).
+    Each design's output is checked bit for bit against the same packed program run by the VM
+    on the CPU."""
+    from ..backends.accel.kernel import AccelKernel
+    from ..backends.build import _pack_for_accel, flatten_result
+    from ..backends.target import Target
+    from ..backends.vm import VirtualMachine, compile as vm_compile
+    rows = []
+    quantized = {1: _tree_quantized(name, 1)}
+    text = f"{2 ** TREE_DEPTH - 1}-node tree"
+    _, arg = _tree_input(1, seed)
+    cpu_exe = vm_compile(quantized[1], target="llvm")
+    cpu_vm = VirtualMachine(cpu_exe)
+    cpu_vm.invoke("main", arg)
+    cpu_only, _ = _timed_rounds(lambda: cpu_vm.invoke("main", arg), number, repeat)
+    rows.append(_row(name, text, CPU_ONLY, cpu_ms=cpu_only, accel_ms=0.0, speedup=1.0,
+                     accel_groups=0, cpu_groups=len(cpu_exe.kernels), accel_calls=0))
+    bar.update(f"{name} cpu only", step=1)
+    for design in designs:
+        bar.update(f"{name} {design}")
+        batch = configs[design].batch
+        try:
+            if batch not in quantized:
+                quantized[batch] = _tree_quantized(name, batch)
+            qmod = quantized[batch]
+            exe = vm_compile(qmod, target=design)
+        except RelayError as err:
+            rows.append(_row(name, text, design, batch=batch, error=f"{type(err).__name__}: {err}"))
+            bar.update(f"{name} {design}", step=1)
+            continue
+        accel = [k.compiled for k in exe.kernels if isinstance(k.compiled, AccelKernel)]
+        _, batch_arg = _tree_input(batch, seed + batch)
+        machine = VirtualMachine(exe)
+        for k in accel:
+            k.reset_totals()
+        t0 = time.perf_counter()
+        got = machine.invoke("main", batch_arg)
+        simulator_s = time.perf_counter() - t0
+        totals = {key: sum(k.totals[key] for k in accel)
+                  for key in ("calls", "cycles", "seconds", "gemm_macs", "possible_macs")}
+        packed = _pack_for_accel(qmod, Target.parse(design))
+        want = VirtualMachine(vm_compile(packed, target="llvm")).invoke("main", batch_arg)
+        _compare(want, got, name, design)
+        plain = VirtualMachine(vm_compile(qmod, target="llvm")).invoke("main", batch_arg)
+        outputs[(name, design)] = {
+            "input": batch_arg, "cpu": _copy(want), "accel": _copy(got),
+            "unpacked_cpu_max_abs_diff": max(
+                float(np.max(np.abs(np.asarray(a, "float64") - np.asarray(b, "float64"))))
+                for a, b in zip(flatten_result(plain), flatten_result(got)))}
+        _, outside = _timed_rounds(lambda: machine.invoke("main", batch_arg), number, repeat, accel)
+        accel_ms = totals["seconds"] * 1e3 / batch
+        cpu_ms = outside / batch
+        rows.append(_row(
+            name, text, design, batch=batch, accel_ms=accel_ms, cpu_ms=cpu_ms,
+            speedup=cpu_only / (accel_ms + cpu_ms) if accel_ms + cpu_ms > 0 else None,
+            accel_groups=len(accel), cpu_groups=len(exe.kernels) - len(accel),
+            accel_calls=totals["calls"],
+            gemm_utilization=(totals["gemm_macs"] / totals["possible_macs"]
+                              if totals["possible_macs"] else None),
+            accel_cycles=totals["cycles"], simulator_s=simulator_s,
+            clock_mhz=configs[design].clock_mhz, exact=True))
+        bar.update(f"{name} {design}", step=1)
+    return rows
 
 
 def _copy(result):

@@ -324,6 +324,7 @@ class _DenseAsConv(ExprMutator):
         if not all(isinstance(v, int) for v in (n, k, m)) or n % bfactor or k % cfactor or m % cfactor:
             return None
         chain, node = [dense], dense
+        residuals = 0
         for _ in range(32):
             following = users.get(node, [])
             if len(following) != 1:
@@ -337,7 +338,12 @@ class _DenseAsConv(ExprMutator):
             if node.op.name not in _EPILOGUE or (node.op.name == "cast" and not _cast_to(node, "int32")):
                 return None
             others = [a for a in node.args if a is not chain[-1]]
-            if len(node.args) > 1 and (node.args[0] is not chain[-1] or not all(
+            residual = (node.op.name == "add" and len(node.args) == 2 and len(others) == 1
+                        and not isinstance(others[0], Constant)
+                        and _full_operand(others[0], out_t, residuals))
+            if residual:
+                residuals += 1
+            elif len(node.args) > 1 and (node.args[0] is not chain[-1] or not all(
                     isinstance(a, Constant) and a.data.ndim <= 2
                     and (a.data.ndim < 2 or a.data.shape[0] == 1) for a in others)):
                 return None
@@ -363,11 +369,29 @@ class _DenseAsConv(ExprMutator):
             if node is chain[-1]:
                 value = cast(value, dtype="int8")
                 break
-            args = [value] + [a if a.data.ndim == 0 else reshape(a, newshape=list(a.data.shape) + [1, 1])
-                              for a in node.args[1:]]
+            rest = [a for a in node.args if a is not chain[chain.index(node) - 1]]
+            args = [value] + [self._four_d(a, n, m) for a in rest]
             value = Call(node.op, args, node.attrs, node.type_args).with_span(node.span)
         self.four_d[call] = value
         return reshape(value, newshape=[n, m]).with_span(call.span)
+
+    def _four_d(self, operand, n: int, m: int):
+        """An operand of the chain in four dimensions: a constant with two trailing unit axes,
+        a computed ``(n, m)`` tensor (a residual) reshaped to ``(n, m, 1, 1)``."""
+        from ..op import reshape
+        if isinstance(operand, Constant):
+            if operand.data.ndim == 0:
+                return operand
+            return reshape(operand, newshape=list(operand.data.shape) + [1, 1])
+        return reshape(self.visit(operand), newshape=[n, m, 1, 1])
+
+
+def _full_operand(expr, out_t, residuals: int) -> bool:
+    """Whether ``expr`` can be the one computed tensor a dense chain adds (a residual): an
+    int32 value of the dense's result shape, and none taken yet."""
+    t = expr.checked_type
+    return (residuals == 0 and isinstance(t, TensorType) and str(t.dtype) == "int32"
+            and tuple(t.shape) == tuple(out_t.shape))
 
 
 def _region(positions, start, stop) -> set:
@@ -378,7 +402,7 @@ def _region(positions, start, stop) -> set:
 
 def _pack_function(func: Function, bfactor, cfactor, start_name, stop_name, start_name_idx,
                    stop_name_idx, pack_int32_results: bool = True, pack_dense: bool = True,
-                   mod: Optional[IRModule] = None) -> Function:
+                   mod: Optional[IRModule] = None, name: str = "main") -> Function:
     positions = _positions(func.body)
     start = stop = None
     if start_name is not None:
@@ -398,7 +422,7 @@ def _pack_function(func: Function, bfactor, cfactor, start_name, stop_name, star
             if mod is None:
                 func = typed(IRModule.from_expr(func))["main"]
             else:
-                gv = mod.get_global_var("main")
+                gv = mod.get_global_var(name)
                 func = typed(mod.with_functions({**mod.functions, gv: func}))[gv]
             start = rewriter.memo[start] if start is not None else None
             stop = rewriter.memo[stop] if stop is not None else None

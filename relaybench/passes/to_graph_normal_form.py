@@ -7,7 +7,9 @@ is computed once. A let is kept when dropping it would change the program:
 * its value has an effect (reads, writes or creates a reference, or calls a function that may),
   so its place in the evaluation order matters; when the module holds no reference operations
   at all, every value is free of effects;
-* it binds a recursive closure (the variable occurs in its own value).
+* it binds a recursive closure (the variable occurs in its own value);
+* its variable is used only inside closures defined in its scope: inlined, the value would be
+  computed inside the closure, again at every call of it (Relay's pass moves it there).
 
 A pure let whose variable is never used disappears, as in Relay. Iterative: a 100,000-binding
 let chain converts without Python recursion.
@@ -81,10 +83,43 @@ def _same(a: tuple, b: tuple) -> bool:
     return a == b
 
 
+def captured_let_vars(body) -> set:
+    """The variables bound by a ``let`` of ``body`` that only closures nested in the let's scope
+    use (every use inside another function than the one the let is in). A value also used in
+    its own scope stays computed there, once, when it becomes shared."""
+    bound_in: dict = {}     # var -> the innermost function around its let (None: the body's)
+    used_in: dict = {}      # var -> the innermost functions around its uses
+    seen: set = set()
+    stack = [(body, None)]
+    while stack:
+        node, owner = stack.pop()
+        key = (id(node), id(owner))
+        if key in seen:
+            continue
+        seen.add(key)
+        cls = type(node)
+        if cls is Var:
+            used_in.setdefault(node, set()).add(owner)
+            continue
+        if cls is Let:
+            bound_in[node.var] = owner
+            stack.extend(((node.value, owner), (node.body, owner)))
+            continue
+        if cls is Function:
+            if node.is_primitive:
+                continue
+            owner = node
+        stack.extend((child, owner) for child in expr_children(node))
+    return {var for var, owner in bound_in.items()
+            if used_in.get(var) and owner not in used_in[var]}
+
+
 def to_graph(body, effects: set):
-    """``body`` with every pure, non-recursive let inlined into dataflow sharing."""
+    """``body`` with every pure, non-recursive let inlined into dataflow sharing, except those
+    whose variable a nested closure uses."""
     memo: dict = {}
     keep: set = set()
+    captured = captured_let_vars(body)
     stack = [(_VISIT, body)]
     while stack:
         kind, node = stack.pop()
@@ -110,8 +145,9 @@ def to_graph(body, effects: set):
                         stack.append((_VISIT, child))
         elif kind == _LET_BIND:
             var = node.var
-            if var in memo or node.value in effects:
-                # the value refers to its own variable (a recursive closure) or has an effect
+            if var in memo or node.value in effects or var in captured:
+                # the value refers to its own variable (a recursive closure), has an effect, or
+                # a closure uses it
                 keep.add(node)
                 memo.setdefault(var, var)
             else:

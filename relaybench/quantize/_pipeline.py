@@ -1,7 +1,9 @@
 """``quantize(mod, params, dataset)``: Relay's ``relay.quantize.quantize``.
 
-1. ``prerequisite_optimize``: the parameters bound, then ToGraphNormalForm (``let`` bindings of
-   dataflow values become plain sharing, which the rewriters walk), SimplifyInference, FoldConstant,
+1. ``prerequisite_optimize``: the parameters bound, then SpecializeConstantArgs (weights that
+   ``@main`` passes down to a recursive function become constants there, so its layers are
+   quantized too), ToGraphNormalForm (``let`` bindings of dataflow values become plain sharing,
+   which the rewriters walk), SimplifyInference, FoldConstant,
    FoldScaleAxis, CanonicalizeOps, FoldConstant (at opt_level 3), so that batch norms have
    become constant scales folded into the weights and biases are plain ``add`` s.
 2. QuantizeAnnotate, QuantizeCalibrate (with ``dataset``), InferType, QuantizeRealize (left out
@@ -36,7 +38,8 @@ def prerequisite_optimize(mod: IRModule, params: Optional[dict] = None) -> IRMod
     from ..passes.bind_params import bind_params
     if params:
         mod = bind_params(mod, params)
-    seq = Sequential([get_pass(name)() for name in ("ToGraphNormalForm", "SimplifyInference", "FoldConstant",
+    seq = Sequential([get_pass(name)() for name in ("SpecializeConstantArgs", "ToGraphNormalForm",
+                                                    "SimplifyInference", "FoldConstant",
                                                     "FoldScaleAxis", "CanonicalizeOps", "FoldConstant")],
                      name="QuantizePrerequisites")
     with _context():

@@ -9,17 +9,20 @@ into a plain expression) and is rebuilt on them. A tuple keeps its fields' tempo
 rule of ``concatenate`` sees them; any other use of a tuple realizes it. The body's value is
 realized last.
 
-Only dataflow programs are rewritten: ``let``, ``if``, ``match``, references and closures are
-reported as errors naming the node (run ToGraphNormalForm first, or quantize the dataflow
-functions).
+Control flow is a boundary: ``let``, ``if``, ``match``, references and closures are rebuilt
+on the realized values of their parts, so a temporary never crosses one (a value bound by a
+``let``, a branch's result, a closure's body, a match clause's result are realized there), and
+the dataflow inside each part (a clause's body, a closure's body, the value of a ``let``) is
+rewritten by the same rules. A call of a closure, a constructor or a global function realizes its
+arguments.
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
-from ..ir.expr import (Call, Constant, Expr, Function, GlobalVar, Op, Tuple, TupleGetItem, Var,
-                       expr_children)
+from ..ir.expr import (Call, Clause, Expr, Function, If, Let, Match, Op, RefCreate, RefRead,
+                       RefWrite, Tuple, TupleGetItem, expr_children)
 from ..ir.functor import post_order
 
 __all__ = ["TempExpr", "PendingTuple", "forward_rewrite", "use_counts"]
@@ -72,17 +75,18 @@ def forward_rewrite(func: Function, pass_name: str, rule_of: Callable, multi_ref
             value = multi_ref(value)
         return value
 
-    for node in post_order(func.body, _dataflow_children(pass_name)):
-        if isinstance(node, (Var, Constant, GlobalVar, Op)):
-            values[node] = node
-        elif isinstance(node, Tuple):
+    def plain(node):
+        return realize(arg_value(node))
+
+    for node in post_order(func.body):
+        if isinstance(node, Tuple):
             fields = [arg_value(f) for f in node.fields]
             if any(isinstance(f, TempExpr) for f in fields):
                 values[node] = PendingTuple(fields, node)
             else:
                 values[node] = node if all(f is g for f, g in zip(fields, node.fields)) else Tuple(fields)
         elif isinstance(node, TupleGetItem):
-            tup = realize(arg_value(node.tuple_value))
+            tup = plain(node.tuple_value)
             values[node] = node if tup is node.tuple_value else TupleGetItem(tup, node.index)
         elif isinstance(node, Call):
             args = [arg_value(a) for a in node.args]
@@ -93,25 +97,51 @@ def forward_rewrite(func: Function, pass_name: str, rule_of: Callable, multi_ref
                     out = rule(node, args)
             if out is None:
                 new_args = [realize(a) for a in args]
-                op = values.get(node.op, node.op)
+                op = plain(node.op)
                 if all(a is b for a, b in zip(new_args, node.args)) and op is node.op:
                     out = node
                 else:
                     out = Call(op, new_args, node.attrs, node.type_args)
             values[node] = out
+        elif type(node) in _REBUILD:
+            values[node] = _REBUILD[type(node)](node, plain)
+        else:   # variables, constants, global variables, operators, constructors
+            values[node] = node
     return realize(values[func.body])
 
 
-def _dataflow_children(pass_name: str):
-    def children(node):
-        if isinstance(node, (Var, Constant, GlobalVar, Op, Tuple, TupleGetItem)):
-            return expr_children(node)
-        if isinstance(node, Call):
-            if isinstance(node.op, (Op, GlobalVar)):
-                return list(node.args)
-            raise ValueError(f"{pass_name}: a call of {type(node.op).__name__} is not supported; "
-                             f"only dataflow programs (calls of operators and global functions) "
-                             f"are quantized")
-        raise ValueError(f"{pass_name}: {type(node).__name__} nodes are not supported; only "
-                         f"dataflow programs are quantized (run ToGraphNormalForm first)")
-    return children
+def _same(node, new, old) -> bool:
+    return all(a is b for a, b in zip(new, old))
+
+
+def _let(node, plain):
+    value, body = plain(node.value), plain(node.body)
+    return node if value is node.value and body is node.body else Let(node.var, value, body)
+
+
+def _if(node, plain):
+    parts = [plain(e) for e in (node.cond, node.true_branch, node.false_branch)]
+    return node if _same(node, parts, (node.cond, node.true_branch, node.false_branch)) else If(*parts)
+
+
+def _match(node, plain):
+    data = plain(node.data)
+    rhs = [plain(c.rhs) for c in node.clauses]
+    if data is node.data and _same(node, rhs, [c.rhs for c in node.clauses]):
+        return node
+    return Match(data, [Clause(c.lhs, r) for c, r in zip(node.clauses, rhs)], node.complete)
+
+
+def _function(node, plain):
+    body = plain(node.body)
+    return node if body is node.body else Function(node.params, body, node.ret_type,
+                                                   node.type_params, node.attrs)
+
+
+_REBUILD = {
+    Let: _let, If: _if, Match: _match, Function: _function,
+    RefCreate: lambda n, plain: n if plain(n.value) is n.value else RefCreate(plain(n.value)),
+    RefRead: lambda n, plain: n if plain(n.ref) is n.ref else RefRead(plain(n.ref)),
+    RefWrite: lambda n, plain: (n if plain(n.ref) is n.ref and plain(n.value) is n.value
+                                else RefWrite(plain(n.ref), plain(n.value))),
+}

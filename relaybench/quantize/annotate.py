@@ -27,12 +27,19 @@ same call for the same ``x`` and kind. The rules, by operator:
 
 Only calls whose operands and result are float32 are annotated; others (float64, integer
 arithmetic) stay as they are. A value with a kind that is used more than once is attached as INPUT before each use (Relay's
-``fmulti_ref``), and a value with a kind that reaches an operator without a rule, or the
-function's result, is used as it is. ``skip_conv_layers`` leaves the conv2d layers of these
+``fmulti_ref``), and a value with a kind that reaches an operator without a rule, a
+control-flow boundary (a ``let``, a branch, a closure's body; see
+:mod:`relaybench.quantize._rewrite`) or the function's result, is used as it is (an ACTIVATION
+attached as INPUT first under ``store_lowbit_output``, so an accelerator that stores int8 only
+can give it). ``skip_conv_layers`` leaves the conv2d layers of these
 indices (in the order they are visited) in float, and every operator visited before the
 skipped conv2d too; ``debug_enabled_ops`` restricts the rules to those operators. The scalars
-``%dom_scale``, ``%clip_min``, ``%clip_max`` of each call are new parameters of the function,
-after its own, which QuantizeCalibrate binds.
+``%dom_scale``, ``%clip_min``, ``%clip_max`` of each call are new parameters of ``@main``,
+after its own, which QuantizeCalibrate binds; in the module's other functions (a recursive
+cell called from ``@main``, whose calls fix its signature) they are NaN constants that
+QuantizeCalibrate replaces. Every global function is annotated, control flow included, so a
+model whose layers sit in a recursive function (a TreeLSTM; its weights made constants by
+:mod:`~relaybench.passes.specialize_constant_args` first) is quantized too.
 
 >>> import relaybench as rb
 >>> from relaybench.quantize import qconfig
@@ -54,6 +61,8 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 
+import numpy as np
+
 from ..ir.expr import Call, Constant, Function, Op, Tuple, Var
 from ..ir.types import TensorType, TupleType
 from ..passes.infra import function_pass
@@ -68,12 +77,16 @@ INPUT, WEIGHT, ACTIVATION = QAnnotateKind.INPUT, QAnnotateKind.WEIGHT, QAnnotate
 
 
 class QAnnotateExpr(TempExpr):
-    """An expression and its kind; realized, the expression itself."""
+    """An expression and its kind; realized, the expression itself (an ACTIVATION under
+    ``store_lowbit_output``: the expression attached as INPUT, ``lowbit`` being the annotator)."""
 
     def __init__(self, expr, kind: QAnnotateKind):
         self.expr, self.kind = expr, QAnnotateKind(kind)
+        self.lowbit = None
 
     def realize(self):
+        if self.lowbit is not None and self.kind == ACTIVATION:
+            return self.lowbit.attach(self.expr, INPUT)
         return self.expr
 
 
@@ -93,8 +106,9 @@ class _Annotator:
     """The state of one run: the conv2d counter, the stop flag, the attached calls and the new
     scalar parameters."""
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, scalars_as_params: bool = True):
         self.cfg = cfg
+        self.scalars_as_params = scalars_as_params
         self.conv2d_counter = 0
         self.stopped = False
         self.cache: dict = {}
@@ -127,9 +141,12 @@ class _Annotator:
         key = (data, int(kind), sign)
         if key in self.cache:
             return self.cache[key]
-        scalar = TensorType((), "float32")
-        scalars = [Var(name, scalar) for name in ("dom_scale", "clip_min", "clip_max")]
-        self.new_params.extend(scalars)
+        if self.scalars_as_params:
+            scalar = TensorType((), "float32")
+            scalars = [Var(name, scalar) for name in ("dom_scale", "clip_min", "clip_max")]
+            self.new_params.extend(scalars)
+        else:
+            scalars = [Constant(np.float32(np.nan)) for _ in range(3)]
         call = Call(Op.get(SIMULATED_QUANTIZE), [data] + scalars,
                     {"kind": int(kind), "sign": sign, "rounding": "round"})
         self.cache[key] = call
@@ -153,7 +170,10 @@ class _Annotator:
                 if call.op.name == "nn.conv2d":
                     self.check_to_skip(call)   # it still counts for skip_conv_layers
                 return None
-            return rule(self, call, args)
+            out = rule(self, call, args)
+            if isinstance(out, QAnnotateExpr) and self.cfg.store_lowbit_output:
+                out.lowbit = self
+            return out
         return apply
 
 
@@ -288,9 +308,12 @@ ANNOTATE_RULES: dict = {
 }
 
 
-def annotate_function(func: Function) -> Function:
-    """``func`` with simulated_quantize calls placed by the current qconfig (see the module)."""
-    a = _Annotator(current_qconfig())
+def annotate_function(func: Function, scalars_as_params: bool = True) -> Function:
+    """``func`` with simulated_quantize calls placed by the current qconfig (see the module).
+    With ``scalars_as_params=False`` (a global function other than ``@main``, whose signature
+    its calls fix) the three scalars of each call are float32 NaN constants instead of new
+    parameters, for QuantizeCalibrate to replace."""
+    a = _Annotator(current_qconfig(), scalars_as_params)
     body = forward_rewrite(func, "QuantizeAnnotate", a.rule_of, a.multi_ref)
     if body is func.body and not a.new_params:
         return func
@@ -300,4 +323,5 @@ def annotate_function(func: Function) -> Function:
 @function_pass(opt_level=1)
 def QuantizeAnnotate(func, mod, ctx):
     """Place simulated_quantize calls (kinds INPUT, WEIGHT, ACTIVATION) by per-operator rules."""
-    return annotate_function(func)
+    main = any(gv.name_hint == "main" and f is func for gv, f in mod.functions.items())
+    return annotate_function(func, scalars_as_params=main)

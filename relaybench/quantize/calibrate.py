@@ -218,16 +218,70 @@ class _SetScalars(ExprMutator):
         return new
 
 
+def _placeholder_calls(func: Function) -> list:
+    """The simulated_quantize calls of a function other than ``@main`` still to calibrate: their
+    scalars are the NaN constants QuantizeAnnotate leaves there."""
+    return [n for n in post_order(func.body)
+            if _is_sq(n) and all(isinstance(a, Constant) and a.data.ndim == 0
+                                 and np.isnan(a.data) for a in n.args[1:])]
+
+
+def _scalars(c, scale: float, cfg) -> tuple:
+    kind = QAnnotateKind(c.attrs.kind)
+    valid_range = 2.0 ** (cfg.get_nbit_by_kind(kind) - int(c.attrs.sign))
+    return (Constant(np.float32(scale / valid_range)), Constant(np.float32(-(valid_range - 1))),
+            Constant(np.float32(valid_range - 1)))
+
+
+def _weight_scale(c, cfg) -> float:
+    if not isinstance(c.args[0], Constant):
+        raise ValueError("QuantizeCalibrate: a WEIGHT simulated_quantize quantizes "
+                         f"{c.args[0].__class__.__name__} {getattr(c.args[0], 'name_hint', '')!s}, "
+                         "not a constant; bind the weights (quantize(mod, params)) first")
+    return (power2_scale if cfg.weight_scale == "power2" else max_scale)(c.args[0].data)
+
+
+def _calibrate_other(name: str, func: Function, cfg) -> Function:
+    """A function other than ``@main``: its scales from the weights and the global scale (no
+    statistics are gathered outside ``@main``)."""
+    calls = _placeholder_calls(func)
+    if not calls:
+        return func
+    scalars = {}
+    for c in calls:
+        kind = QAnnotateKind(c.attrs.kind)
+        if kind == QAnnotateKind.WEIGHT:
+            scale = _weight_scale(c, cfg)
+        elif cfg.calibrate_mode == "global_scale":
+            scale = cfg.global_scale
+        else:
+            raise ValueError(f"QuantizeCalibrate: @{name} quantizes values of its own, and "
+                             f"calibrate_mode={cfg.calibrate_mode!r} gathers statistics in @main "
+                             f"only; use calibrate_mode='global_scale' for such a module")
+        scalars[c] = _scalars(c, scale, cfg)
+    body = _SetScalars(scalars).visit(func.body)
+    return Function(func.params, body, func.ret_type, func.type_params, func.attrs)
+
+
 def calibrate_module(mod: IRModule, dataset=None) -> IRModule:
-    """``mod`` with the scalars of every simulated_quantize of ``@main`` set (see the module)."""
-    from ..passes.infra import typed
+    """``mod`` with the scalars of every simulated_quantize set (see the module): those of
+    ``@main`` from the calibrate mode, those of the other functions from the global scale."""
+    from ..passes.infra import SKIPPED_FUNCTION_ATTRS, typed
     cfg = current_qconfig()
     mod = typed(mod)
+    others = {}
+    for gv, func in mod.functions.items():
+        if gv.name_hint == "main" or any(func.attrs.get(a) for a in SKIPPED_FUNCTION_ATTRS):
+            continue
+        new_func = _calibrate_other(gv.name_hint, func, cfg)
+        if new_func is not func:
+            others[gv] = new_func
+    if others:
+        mod = typed(mod.with_functions({**mod.functions, **others}))
     main = mod["main"]
     calls = _quantize_calls(main)
     if not calls:
         return mod
-    weight_scale = power2_scale if cfg.weight_scale == "power2" else max_scale
     data_calls = [c for c in calls if c.attrs.kind not in (QAnnotateKind.WEIGHT, QAnnotateKind.IDENTITY)]
     scale_of: dict = {}
     if cfg.calibrate_mode == "global_scale":
@@ -248,17 +302,8 @@ def calibrate_module(mod: IRModule, dataset=None) -> IRModule:
         kind = QAnnotateKind(c.attrs.kind)
         if kind == QAnnotateKind.IDENTITY:
             continue
-        if kind == QAnnotateKind.WEIGHT:
-            if not isinstance(c.args[0], Constant):
-                raise ValueError("QuantizeCalibrate: a WEIGHT simulated_quantize quantizes "
-                                 f"{c.args[0].__class__.__name__} {getattr(c.args[0], 'name_hint', '')!s}, "
-                                 "not a constant; bind the weights (quantize(mod, params)) first")
-            scale = weight_scale(c.args[0].data)
-        else:
-            scale = scale_of[c]
-        valid_range = 2.0 ** (cfg.get_nbit_by_kind(kind) - int(c.attrs.sign))
-        scalars[c] = (Constant(np.float32(scale / valid_range)), Constant(np.float32(-(valid_range - 1))),
-                      Constant(np.float32(valid_range - 1)))
+        scale = _weight_scale(c, cfg) if kind == QAnnotateKind.WEIGHT else scale_of[c]
+        scalars[c] = _scalars(c, scale, cfg)
         bound.update(a for a in c.args[1:] if isinstance(a, Var))
     body = _SetScalars(scalars).visit(main.body)
     params = [p for p in main.params if p not in bound]

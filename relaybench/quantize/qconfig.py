@@ -26,6 +26,10 @@ rounding                    "UPWARD"         "UPWARD" or "TONEAREST": fixed-poin
 calibrate_chunk_by          -1               accepted for Relay's scripts; statistics are
                                              gathered in one pass here
 partition_conversions       "disabled"       only "disabled" is realized here
+store_lowbit_output         False            an accumulator leaving the quantized operators is
+                                             stored in INPUT bits (int8) before it is
+                                             dequantized (older Relay's knob, for VTA-like
+                                             accelerators, which store int8 only)
 ==========================  ===============  =====================================================
 
 A bad value is a ValueError naming the knob:
@@ -62,7 +66,7 @@ class QAnnotateKind(enum.IntEnum):
     ACTIVATION = 3
 
 
-#: every knob with Relay's default, in Relay's order
+#: every knob with Relay's default, in Relay's order (``store_lowbit_output`` from older Relay)
 QCONFIG_DEFAULTS: dict = {
     "nbit_input": 8, "nbit_weight": 8, "nbit_activation": 32,
     "dtype_input": "int8", "dtype_weight": "int8", "dtype_activation": "int32",
@@ -70,6 +74,7 @@ QCONFIG_DEFAULTS: dict = {
     "skip_dense_layer": True, "skip_conv_layers": (0,), "do_simulation": False,
     "round_for_shift": True, "debug_enabled_ops": None, "rounding": "UPWARD",
     "calibrate_chunk_by": -1, "partition_conversions": "disabled",
+    "store_lowbit_output": False,
 }
 
 _CALIBRATE_MODES = ("global_scale", "max", "percentile", "kl_divergence")
@@ -157,7 +162,7 @@ _CHECKS = {
     "skip_conv_layers": _check_skip_conv_layers, "do_simulation": _check_bool,
     "round_for_shift": _check_bool, "debug_enabled_ops": _check_debug_enabled_ops,
     "rounding": _one_of(_ROUNDINGS), "calibrate_chunk_by": _check_chunk_by,
-    "partition_conversions": _one_of(_PARTITIONS),
+    "partition_conversions": _one_of(_PARTITIONS), "store_lowbit_output": _check_bool,
 }
 
 

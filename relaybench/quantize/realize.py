@@ -204,27 +204,13 @@ def _quantize(cfg, call, args):
                          f"scales must be positive")
     n = args[0]
     if isinstance(n, QRealizeIntExpr):
-        data, dtype = n.data, n.dtype
-        if not dtype.startswith("int"):             # a quantized float constant: make it integer
-            dtype = cfg.dtype_activation
-            data = _cast(data, dtype)
-        if n.dom_scale == dom_scale:
-            return QRealizeIntExpr(_clip(data, clip_min, clip_max, dtype), dom_scale, dtype)
-        ratio = float(np.float32(dom_scale) / np.float32(n.dom_scale))
-        shift = math.log2(ratio)
-        if shift == int(shift):
-            shift = int(shift)
-            if shift > 0:
-                if cfg.round_for_shift:
-                    data = _op("add", data, _scalar(1 << (shift - 1), dtype))
-                data = _op("right_shift", data, _scalar(shift, dtype))
-            else:
-                data = _op("left_shift", data, _scalar(-shift, dtype))
-            return QRealizeIntExpr(_clip(data, clip_min, clip_max, dtype), dom_scale, dtype)
-        factor = float(np.float32(n.dom_scale) / np.float32(dom_scale))
-        data = fixed_point_multiply(data, factor, dtype, cfg.rounding)
-        data = _cast(_clip(data, clip_min, clip_max, "int64"), dtype)
-        return QRealizeIntExpr(data, dom_scale, dtype)
+        out = _quantize_int(cfg, call, n, dom_scale, clip_min, clip_max)
+        if cfg.store_lowbit_output and call.attrs.kind == QAnnotateKind.INPUT \
+                and out.dtype != cfg.dtype_input and out.dtype.startswith("int"):
+            # stored in INPUT bits (the clip keeps it in range), fenced as the data of a layer is
+            data = _op("annotation.stop_fusion", _cast(out.data, cfg.dtype_input))
+            out = QRealizeIntExpr(data, out.dom_scale, cfg.dtype_input)
+        return out
     if isinstance(n, TempExpr):
         n = n.realize()
     # the bounds are kept inside what the kind's dtype holds once the float is cast to it:
@@ -233,6 +219,31 @@ def _quantize(cfg, call, args):
     scaled = _op("multiply", n, _scalar(1.0 / np.float32(dom_scale), "float32"))
     rounded = _op("clip", _op("round", scaled), a_min=max(clip_min, -limit), a_max=min(clip_max, limit))
     return QRealizeIntExpr(rounded, dom_scale, "float32")
+
+
+def _quantize_int(cfg, call, n, dom_scale: float, clip_min: float, clip_max: float):
+    """A simulated_quantize of an integer value: requantized to ``dom_scale`` and clipped."""
+    data, dtype = n.data, n.dtype
+    if not dtype.startswith("int"):             # a quantized float constant: make it integer
+        dtype = cfg.dtype_activation
+        data = _cast(data, dtype)
+    if n.dom_scale == dom_scale:
+        return QRealizeIntExpr(_clip(data, clip_min, clip_max, dtype), dom_scale, dtype)
+    ratio = float(np.float32(dom_scale) / np.float32(n.dom_scale))
+    shift = math.log2(ratio)
+    if shift == int(shift):
+        shift = int(shift)
+        if shift > 0:
+            if cfg.round_for_shift:
+                data = _op("add", data, _scalar(1 << (shift - 1), dtype))
+            data = _op("right_shift", data, _scalar(shift, dtype))
+        else:
+            data = _op("left_shift", data, _scalar(-shift, dtype))
+        return QRealizeIntExpr(_clip(data, clip_min, clip_max, dtype), dom_scale, dtype)
+    factor = float(np.float32(n.dom_scale) / np.float32(dom_scale))
+    data = fixed_point_multiply(data, factor, dtype, cfg.rounding)
+    data = _cast(_clip(data, clip_min, clip_max, "int64"), dtype)
+    return QRealizeIntExpr(data, dom_scale, dtype)
 
 
 def _float32_limit(dtype: str) -> float:

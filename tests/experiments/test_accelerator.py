@@ -175,3 +175,19 @@ def test_a_design_that_fails_to_build_is_recorded(monkeypatch):
     assert result.row("resnet18", CPU_ONLY)["cpu_ms"] > 0
     assert result.table().rows[1]["ms/image"] == "failed"
     assert result.paper_table().rows[1]["here ms/image"] == "failed"
+
+
+def test_tree_lstm_rows_run_by_the_vm():
+    """The recursive model: its three requantized cell layers on the accelerator, called once
+    per node of the 31-node tree; the simulated time is their cycles at the clock."""
+    result = accelerator("tree_lstm", designs=["accel"], number=1, repeat=1, progress=False)
+    assert [r["design"] for r in result.rows] == [CPU_ONLY, "accel"]
+    cpu_only, r = result.row("tree_lstm", CPU_ONLY), result.row("tree_lstm", "accel")
+    assert cpu_only["cpu_ms"] > 0 and cpu_only["accel_ms"] == 0.0
+    assert r["error"] is None and r["exact"] is True and r["input"] == "31-node tree"
+    assert r["accel_groups"] == 3 and r["accel_calls"] == 3 * 31
+    assert r["accel_ms"] == pytest.approx(r["accel_cycles"] / (r["clock_mhz"] * 1e6) * 1e3)
+    assert r["total_ms"] == pytest.approx(r["accel_ms"] + r["cpu_ms"], rel=1e-12)
+    assert 0 < r["gemm_utilization"] <= 1
+    assert result.outputs[("tree_lstm", "accel")]["unpacked_cpu_max_abs_diff"] < 1e-5
+    assert "TreeLSTM" in result.notes()

@@ -339,6 +339,23 @@ def @main(%x: Tensor[(2), float32], %c: bool) {
     assert_structural_equal(run_infer_type(gnf(before)), run_infer_type(expected), map_free_vars=True)
 
 
+def test_gnf_keeps_a_let_only_a_closure_uses():
+    """Inlined, the value would move into the closure and be computed at each of its calls: the
+    let stays (a value also used outside becomes shared, computed once, as above)."""
+    before = rb.parse(H + """
+def @main(%x: Tensor[(2), float32]) {
+  let %a = exp(%x);
+  let %f = fn (%y: Tensor[(2), float32]) { multiply(%y, %a) };
+  add(%f(%x), %f(%x))
+}""")
+    out = gnf(before)
+    lets = [n for n in post_order(out["main"]) if isinstance(n, Let)]
+    assert [n.var.name_hint for n in lets] == ["a"]
+    x = np.array([0.5, -1.0], "float32")
+    run = rb.create_executor("debug", out).evaluate()
+    np.testing.assert_allclose(run(x), 2 * x * np.exp(x), rtol=1e-6)
+
+
 def test_gnf_keeps_recursive_closures_as_lets():
     before = rb.parse(H + """
 def @main(%n: int32) {

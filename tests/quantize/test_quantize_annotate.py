@@ -117,11 +117,19 @@ def test_annotated_program_runs_and_keeps_types():
     assert rb.parse(got.astext()) is not None
 
 
-def test_unsupported_node_is_named():
+def test_a_let_is_a_boundary():
+    """The dataflow in a let's value is annotated; the value the let binds is plain (float), so
+    the relu after it has nothing to annotate."""
     mod = rb.parse('''#[version = "0.0.5"]
-def @main(%x: Tensor[(2), float32]) { let %y = nn.relu(%x); %y }''')
-    with pytest.raises(ValueError, match="QuantizeAnnotate: Let nodes are not supported"):
-        QuantizeAnnotate()(mod)
+def @main(%x: Tensor[(1, 4), float32], %w: Tensor[(2, 4), float32]) {
+  let %y = nn.dense(%x, %w); nn.relu(%y)
+}''')
+    with qconfig(skip_dense_layer=False, skip_conv_layers=None):
+        got = QuantizeAnnotate()(mod)["main"]
+    let = got.body
+    assert isinstance(let, rb.ir.Let) and let.value.op.name == "nn.dense"
+    assert [a.op.name for a in let.value.args] == [SQ, SQ]
+    assert let.body.op.name == "nn.relu" and let.body.args[0] is let.var
 
 
 def test_max_pool_and_concatenate_rules():

@@ -5,11 +5,15 @@ tensor. A call copies the group's inputs into their regions (the data, and the w
 the graph passes), runs the :class:`~.simulator.Simulator` and copies the output region back into
 the output array. ``last_stats`` keeps the :class:`~.simulator.RunStats` of the latest call: the
 simulated cycles and time at the design's clock, which the graph module's profile reports for
-the group instead of the host's time spent simulating it.
+the group instead of the host's time spent simulating it. ``totals`` sums every call since
+:meth:`AccelKernel.reset_totals` (calls, cycles, simulated seconds, GEMM MACs, the MACs the core
+could have done, and the host's seconds spent writing, simulating and reading back): a program
+run by the VM calls one group many times per run (a TreeLSTM's cell once per tree node).
 """
 
 from __future__ import annotations
 
+import time
 from typing import Optional
 
 import numpy as np
@@ -53,6 +57,12 @@ class AccelKernel:
             self._write_bias(plan.bias)
         self.last_stats = None
         self.calls = 0
+        self.reset_totals()
+
+    def reset_totals(self) -> None:
+        """Start :attr:`totals` again from zero."""
+        self.totals = {"calls": 0, "cycles": 0, "seconds": 0.0, "gemm_macs": 0,
+                       "possible_macs": 0, "host_seconds": 0.0}
 
     @property
     def flops(self) -> int:
@@ -65,6 +75,7 @@ class AccelKernel:
                                                                               bias.shape[1])))
 
     def __call__(self, *arrays, num_threads: Optional[int] = None) -> None:
+        started = time.perf_counter()
         n_in = len(self.input_types)
         if len(arrays) != n_in + 1:
             raise ExecutionError(f"{self.name}: {len(arrays)} arrays, expected {n_in} inputs and "
@@ -81,10 +92,17 @@ class AccelKernel:
             self._write_bias(arrays[plan.bias_param])
         if plan.residual_param is not None:
             self.dram.write(self._region["residual"], arrays[plan.residual_param])
-        self.last_stats = self.simulator.run(self.program, self.dram)
+        self.last_stats = stats = self.simulator.run(self.program, self.dram)
         self.calls += 1
         out = arrays[n_in]
         np.copyto(out, self.dram[self._region["out"]].array.reshape(out.shape), casting="no")
+        totals = self.totals
+        totals["calls"] += 1
+        totals["cycles"] += stats.cycles
+        totals["seconds"] += stats.seconds
+        totals["gemm_macs"] += stats.gemm_macs
+        totals["possible_macs"] += stats.cycles * self.config.macs_per_cycle
+        totals["host_seconds"] += time.perf_counter() - started
 
     @property
     def cycles(self) -> Optional[int]:

@@ -358,13 +358,33 @@ def schedule(program: Program) -> tuple[list[int], list[int], dict[str, int]]:
 
 # ----- results -----------------------------------------------------------------------------------
 
+class _Where:
+    """Where an error happened: the instruction, formatted only when an error says it."""
+
+    __slots__ = ("index", "insn")
+
+    def __init__(self, index: int, insn):
+        self.index, self.insn = index, insn
+
+    def __str__(self) -> str:
+        return f"instruction {self.index} ({format_insn(self.insn)})"
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
+
 @dataclass(frozen=True)
 class TraceEntry:
+    """One instruction's time on its module; ``text`` (the disassembly) is made when read."""
     index: int
     module: str
-    text: str
-    start: int
-    end: int
+    insn: object = field(repr=False)
+    start: int = 0
+    end: int = 0
+
+    @property
+    def text(self) -> str:
+        return format_insn(self.insn)
 
 
 @dataclass
@@ -506,7 +526,7 @@ class Simulator:
         for i in order:
             insn = insns[i]
             self._index = i
-            self._where = f"instruction {i} ({format_insn(insn)})"
+            self._where = _Where(i, insn)
             _EXECUTE[type(insn)](self, insn, dram)
         if check_races:
             _check_races(insns, start, end, self._access)
@@ -517,7 +537,7 @@ class Simulator:
             m = module_of(insn).value
             busy[m] += end[i] - start[i]
             count[m] += 1
-            trace.append(TraceEntry(i, m, format_insn(insn), start[i], end[i]))
+            trace.append(TraceEntry(i, m, insn, start[i], end[i]))
         cfg, st = self.config, self._stats
         return RunStats(config=cfg, cycles=max(end, default=0), busy=busy,
                         bytes_loaded={k: v for k, v in st["load"].items() if k != "OUT"},
