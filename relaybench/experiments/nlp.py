@@ -28,6 +28,19 @@ engine ``r mod n``); each round times ``number`` calls; the median round is repo
 and each engine's speed relative to ONNX Runtime (ORT's ms over the engine's: above 1 is
 faster). PyTorch and ORT use ``threads`` threads, as relaybench's kernels (``RB_NUM_THREADS``).
 
+Isolation: with more than one thread, each engine is timed in a process of its own (the
+default when ``threads > 1``; ``isolate=False`` or ``bench/nlp.py --no-isolate`` keeps them all
+in one process). ONNX Runtime's intra-op workers and relaybench's pool both spin between runs,
+so in one process each engine runs beside the other's busy threads and loses the second core
+to them: the AoT LSTM measured 0.60-0.74 ms alone and 1.1-1.6 ms beside an ORT session, which
+says more about the two pools than about either engine. Isolated, a fresh ``python`` per
+(model, engine, launch) builds that one engine, checks its value against the reference value
+(computed first, in a process of its own, by the interpreter, or AoT when the interpreter is
+left out) and times its share of the rounds; the launches alternate the engines, ``children``
+launches per engine and model (round ``r`` goes to launch ``r mod children``), and the median
+is taken over all of an engine's rounds. ORT keeps its default session options (spinning on).
+The table's first line and notes, and the JSON's ``mode``, say which way a result was taken.
+
 :func:`nlp` returns an :class:`NlpResult` (``.table()``, ``.to_markdown()``, ``.write(dir)``);
 ``relaybench reproduce nlp --out DIR`` and ``bench/nlp.py`` run it.
 """
@@ -35,6 +48,11 @@ faster). PyTorch and ORT use ``threads`` threads, as relaybench's kernels (``RB_
 from __future__ import annotations
 
 import json
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Optional, Sequence
@@ -422,38 +440,54 @@ def _no_grad(f):
     return call
 
 
-def _check(model: str, calls: dict, notes: list) -> None:
-    """Every engine's value against the interpreter's (or AoT's when it is left out)."""
+def _reference(model: str, calls: dict):
+    """``(name, value)``: the engine whose value the others are checked against (the
+    interpreter, else AoT) and that value as Python data; ``(None, None)`` when there is none
+    (the random trees change every call, so they have none)."""
     from ..adt import to_python
     if model == "tree_lstm_random":
-        return
+        return None, None
     ref_name = "interpreter" if "interpreter" in calls else "aot"
     if ref_name not in calls:
+        return None, None
+    return ref_name, to_python(calls[ref_name]())
+
+
+def _same(model: str, name: str, got, want) -> bool:
+    """Whether engine ``name``'s raw value ``got`` matches the reference value ``want``."""
+    from ..adt import to_python
+    if model == "char_rnn":
+        g = [int(v) for v in (to_python(got) if name in ("aot", "vm", "interpreter") else
+                              (got[0] if name == "onnxruntime" else got))]
+        w = [int(v) for v in want]
+        return g[:len(w)] == w
+    g = to_python(got) if name in ("aot", "vm", "interpreter") else got
+    if name == "onnxruntime":
+        g = tuple(g)
+    g = [np.asarray(v) for v in (g if isinstance(g, (tuple, list)) else (g,))]
+    w = [np.asarray(v) for v in (want if isinstance(want, tuple) else (want,))]
+    return all(np.allclose(a.reshape(-1), b.reshape(-1), rtol=1e-3, atol=1e-4)
+               for a, b in zip(g, w))
+
+
+def _check(model: str, calls: dict, notes: list, reference=None) -> None:
+    """Every engine's value against the interpreter's (or AoT's when it is left out), or
+    against ``reference``, a ``(name, value)`` pair computed elsewhere."""
+    ref_name, want = reference if reference is not None else _reference(model, calls)
+    if ref_name is None:
         return
-    want = to_python(calls[ref_name]())
     for name, call in calls.items():
-        if name == ref_name:
+        if name == ref_name and reference is None:
             continue
-        got = call()
-        if model == "char_rnn":
-            g = [int(v) for v in (to_python(got) if name in ("aot", "vm") else
-                                  (got[0] if name == "onnxruntime" else got))]
-            w = [int(v) for v in want]
-            ok = g[:len(w)] == w
-        else:
-            g = to_python(got) if name in ("aot", "vm") else got
-            if name == "onnxruntime":
-                g = tuple(g)
-            g = [np.asarray(v) for v in (g if isinstance(g, (tuple, list)) else (g,))]
-            w = [np.asarray(v) for v in (want if isinstance(want, tuple) else (want,))]
-            ok = all(np.allclose(a.reshape(-1), b.reshape(-1), rtol=1e-3, atol=1e-4)
-                     for a, b in zip(g, w))
-        if not ok:
+        if not _same(model, name, call(), want):
             notes.append(f"{model}: {name} differs from the {ref_name}")
             raise AssertionError(f"{model}: {name} differs from the {ref_name}")
 
 
-def _time(calls: dict, repeat: int, number: int, slow: dict) -> dict:
+def _time(calls: dict, repeat: int, number: int, slow: dict, keep: Optional[dict] = None) -> dict:
+    """Each engine's median ms per call over ``repeat`` interleaved rounds of ``number`` calls
+    (``slow``: engine -> calls per round, those engines timed in the first two rounds only).
+    ``keep``, when given, receives each engine's round times."""
     names = list(calls)
     rounds: dict = {n: [] for n in names}
     for name in names:
@@ -469,14 +503,139 @@ def _time(calls: dict, repeat: int, number: int, slow: dict) -> dict:
                 calls[name]()
             rounds[name].append((time.perf_counter() - start) * 1e3 / reps)
             time.sleep(0.02)
+    if keep is not None:
+        keep.update({n: v for n, v in rounds.items() if v})
     return {n: float(np.median(v)) for n, v in rounds.items() if v}
 
 
-class NlpResult:
-    """The table of :func:`nlp`: per model, each engine's median ms, and the ratios."""
+# ---- one engine per process -----------------------------------------------------------------
 
-    def __init__(self, times: dict, threads: int, notes: list, machine: str = ""):
+def _child(spec_path: str) -> int:
+    """The body of an isolated process: build one engine of one model, then either compute the
+    reference value (``task`` "reference", pickled to ``value``) or check the engine against
+    the pickled reference and time the spec's rounds. Writes ``{"ms": [...], "notes": [...]}``
+    (or ``{"error": ...}`` when the value differs) as JSON to the spec's ``out``."""
+    spec = json.loads(Path(spec_path).read_text())
+    model, engine = spec["model"], spec["engine"]
+    CONFIGS[model] = (spec["config"], CONFIGS[model][1])
+    notes: list = []
+    result: dict = {"ms": [], "notes": notes}
+    calls, *_ = _engines(model, spec["threads"], [engine], notes)
+    if engine in calls:
+        call = calls[engine]
+        if spec["task"] == "reference":
+            name, want = _reference(model, calls)
+            Path(spec["value"]).write_bytes(pickle.dumps((name, want)))
+        else:
+            if spec.get("reference"):
+                reference = pickle.loads(Path(spec["reference"]).read_bytes())
+                try:
+                    _check(model, calls, notes, reference)
+                except AssertionError as err:
+                    result["error"] = str(err)
+            if "error" not in result:
+                call()   # warm up
+                for _ in spec["rounds"]:
+                    start = time.perf_counter()
+                    for _ in range(spec["number"]):
+                        call()
+                    result["ms"].append((time.perf_counter() - start) * 1e3 / spec["number"])
+                    time.sleep(0.02)
+    Path(spec["out"]).write_text(json.dumps(result))
+    return 0
+
+
+def _launch(spec: dict, workdir: Path, env: dict) -> dict:
+    """Run :func:`_child` on ``spec`` in a fresh ``python``; its JSON result."""
+    tag = f"{spec['model']}-{spec['engine']}-{spec['task']}-{spec.get('launch', 0)}"
+    spec = dict(spec, out=str(workdir / f"{tag}.json"))
+    spec_path = workdir / f"{tag}.spec.json"
+    spec_path.write_text(json.dumps(spec))
+    code = ("import sys; from relaybench.experiments.nlp import _child; "
+            "sys.exit(_child(sys.argv[1]))")
+    done = subprocess.run([sys.executable, "-c", code, str(spec_path)], env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if done.returncode != 0 or not Path(spec["out"]).exists():
+        tail = "\n".join((done.stderr or "").strip().splitlines()[-15:])
+        raise RuntimeError(f"nlp: the process timing {spec['model']} on {spec['engine']} "
+                           f"failed (exit {done.returncode}):\n{tail}")
+    return json.loads(Path(spec["out"]).read_text())
+
+
+def _child_env(threads: int) -> dict:
+    """The parent's environment, with its scoped knob overrides and ``RB_NUM_THREADS`` set, and
+    the package importable."""
+    from .. import config
+    env = dict(os.environ)
+    for name, value in config._overrides.get().items():
+        env[name] = str(value)
+    env["RB_NUM_THREADS"] = str(threads)
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "")
+                                                  .split(os.pathsep) if p])
+    return env
+
+
+def _time_isolated(model: str, threads: int, engines: Sequence[str], repeat: int, number: int,
+                   slow: dict, children: int, notes: list, keep: dict) -> dict:
+    """:func:`_time`'s medians, each engine timed in processes of its own: a reference process
+    first, then ``children`` launches per engine, the engines alternating."""
+    config = dict(CONFIGS[model][0])
+    engines = [e for e in ENGINES if e in engines]
+    if model == "tree_lstm_random" and "onnxruntime" in engines:
+        slow = dict(slow, onnxruntime=1)
+    env = _child_env(threads)
+    base = {"model": model, "threads": threads, "config": config}
+    launches = max(1, min(children, repeat))
+    rounds: dict = {e: [] for e in engines}
+    with tempfile.TemporaryDirectory(prefix="rb-nlp-") as tmp:
+        workdir = Path(tmp)
+        reference = None
+        ref_name = "interpreter" if "interpreter" in engines else "aot"
+        if model != "tree_lstm_random" and ref_name in engines:
+            value = workdir / f"{model}-reference.pkl"
+            got = _launch(dict(base, engine=ref_name, task="reference", value=str(value)),
+                          workdir, env)
+            _merge(notes, got["notes"])
+            if value.exists():
+                reference = str(value)
+        gone: set = set()
+        for c in range(launches):
+            for k in range(len(engines)):
+                engine = engines[(c + k) % len(engines)]
+                reps = slow.get(engine, number)
+                mine = [r for r in range(c, repeat, launches)
+                        if not (engine in slow and r >= 2)]
+                if engine in gone or reps == 0 or not mine:
+                    continue
+                got = _launch(dict(base, engine=engine, task="time", launch=c, rounds=mine,
+                                   number=reps, reference=reference), workdir, env)
+                _merge(notes, got["notes"])
+                if "error" in got:
+                    _merge(notes, [got["error"]])
+                    raise AssertionError(got["error"])
+                if not got["ms"]:
+                    gone.add(engine)    # not installed: no row, and no further launches
+                rounds[engine] += got["ms"]
+    keep.update({e: v for e, v in rounds.items() if v})
+    return {e: float(np.median(v)) for e, v in rounds.items() if v}
+
+
+def _merge(notes: list, more: list) -> None:
+    for n in more:
+        if n not in notes:
+            notes.append(n)
+
+
+class NlpResult:
+    """The table of :func:`nlp`: per model, each engine's median ms, and the ratios.
+    ``mode`` is "isolated" (each engine timed in processes of its own) or "in-process" (all
+    engines in one process); ``rounds`` holds each model's and engine's round times in ms."""
+
+    def __init__(self, times: dict, threads: int, notes: list, machine: str = "",
+                 mode: str = "in-process", rounds: Optional[dict] = None):
         self.times, self.threads, self.notes, self.machine = times, threads, notes, machine
+        self.mode, self.rounds = mode, rounds or {}
 
     def rows(self) -> list:
         engines = [e for e in ENGINES if any(e in t for t in self.times.values())]
@@ -504,7 +663,8 @@ class NlpResult:
         if not rows:
             return "(empty)"
         cols = list(rows[0])
-        lines = [f"NLP models, batch 1, {self.threads} threads, median ms ({self.machine})", "",
+        lines = [f"NLP models, batch 1, {self.threads} threads, median ms, {self.mode} "
+                 f"({self.machine})", "",
                  "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
         lines += ["| " + " | ".join(str(r[c]) for c in cols) + " |" for r in rows]
         lines += [""] + [f"- {n}" for n in self.notes]
@@ -530,7 +690,7 @@ class NlpResult:
         ax.set_xticks([m + 0.4 - width / 2 for m in range(len(models))])
         ax.set_xticklabels([CONFIGS[m][1] for m in models], rotation=15, fontsize=8)
         ax.legend(fontsize=7, ncol=3)
-        ax.set_title(f"NLP models, batch 1, {self.threads} threads")
+        ax.set_title(f"NLP models, batch 1, {self.threads} threads, {self.mode}")
         fig.tight_layout()
         if path is not None:
             fig.savefig(path, dpi=120)
@@ -543,7 +703,8 @@ class NlpResult:
         md = out / "nlp.md"
         md.write_text(self.to_markdown() + "\n")
         js = out / "nlp.json"
-        js.write_text(json.dumps({"threads": self.threads, "times_ms": self.times,
+        js.write_text(json.dumps({"threads": self.threads, "mode": self.mode,
+                                  "times_ms": self.times, "rounds_ms": self.rounds,
                                   "notes": self.notes, "paper": PAPER,
                                   "machine": self.machine}, indent=1))
         return [md, js]
@@ -559,15 +720,37 @@ class NlpResult:
 
 def nlp(models: Sequence[str] = MODELS, threads: int = 2, repeat: int = 7, number: int = 20,
         engines: Sequence[str] = DEFAULT_ENGINES, interpreter_number: int = 1,
-        sizes: Optional[dict] = None) -> NlpResult:
+        sizes: Optional[dict] = None, isolate: Optional[bool] = None,
+        children: int = 3) -> NlpResult:
     """Measure ``models`` on ``engines`` with ``threads`` threads (see the module's text).
-    ``sizes`` overrides the models' keyword arguments (small sizes for a notebook)."""
+    ``sizes`` overrides the models' keyword arguments (small sizes for a notebook).
+    ``isolate`` times each engine in processes of its own, ``children`` launches per engine
+    and model sharing the ``repeat`` rounds; by default it is on when ``threads > 1``, where
+    the engines' spinning thread pools would otherwise slow each other.
+
+    >>> r = nlp(["rnn"], engines=["aot"], repeat=1, number=1, isolate=True,
+    ...         sizes={"rnn": dict(seq_len=2, input_size=4, hidden_size=4)})  # doctest: +SKIP
+    >>> r.mode, sorted(r.times["rnn"])                                        # doctest: +SKIP
+    ('isolated', ['aot'])
+    """
     from .. import config
+    if isolate is None:
+        isolate = threads > 1
     notes: list = []
     times: dict = {}
+    rounds: dict = {}
     for model in models:
         if model not in CONFIGS:
             raise ValueError(f"nlp: unknown model {model!r}; known: {', '.join(CONFIGS)}")
+    if isolate:
+        launches = max(1, min(children, repeat))
+        notes.append(f"isolated: each engine timed in processes of its own ({launches} per "
+                     "engine and model, the engines alternating), checked against a reference "
+                     "value computed in another process; no other engine's threads run beside "
+                     "it")
+    elif threads > 1:
+        notes.append("in-process: all engines in one process, interleaved; ONNX Runtime's and "
+                     "relaybench's thread pools spin side by side and slow each other")
     saved = dict(CONFIGS)
     try:
         if sizes:
@@ -575,14 +758,21 @@ def nlp(models: Sequence[str] = MODELS, threads: int = 2, repeat: int = 7, numbe
                 CONFIGS[model] = (dict(CONFIGS[model][0], **extra), CONFIGS[model][1])
         with config.Context(RB_NUM_THREADS=threads):
             for model in models:
-                calls, *_ = _engines(model, threads, engines, notes)
-                _check(model, calls, notes)
                 slow = {"interpreter": interpreter_number}
-                if model == "tree_lstm_random" and "onnxruntime" in calls:
-                    slow["onnxruntime"] = 1
-                times[model] = _time(calls, repeat, number, slow)
+                keep: dict = {}
+                if isolate:
+                    times[model] = _time_isolated(model, threads, engines, repeat, number,
+                                                  slow, children, notes, keep)
+                else:
+                    calls, *_ = _engines(model, threads, engines, notes)
+                    _check(model, calls, notes)
+                    if model == "tree_lstm_random" and "onnxruntime" in calls:
+                        slow["onnxruntime"] = 1
+                    times[model] = _time(calls, repeat, number, slow, keep)
+                rounds[model] = keep
     finally:
         CONFIGS.clear()
         CONFIGS.update(saved)
     import platform
-    return NlpResult(times, threads, notes, platform.processor() or platform.machine())
+    return NlpResult(times, threads, notes, platform.processor() or platform.machine(),
+                     "isolated" if isolate else "in-process", rounds)
