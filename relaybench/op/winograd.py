@@ -71,7 +71,8 @@ from .registry import OpDef, OpPattern, register
 
 __all__ = ["contrib_conv2d_winograd_weight_transform",
            "contrib_conv2d_winograd_without_weight_transform", "winograd_matrices",
-           "winograd_float_matrices", "POINTS", "winograd_conv2d_compute"]
+           "winograd_float_matrices", "winograd_weight_transform_matrix", "POINTS",
+           "winograd_conv2d_compute"]
 
 POINTS = (Fraction(0), Fraction(1), Fraction(-1), Fraction(2), Fraction(-2), Fraction(1, 2),
           Fraction(-1, 2), Fraction(3), Fraction(-3), Fraction(1, 3), Fraction(-1, 3))
@@ -198,13 +199,32 @@ def winograd_weight_transform_rel(types, attrs):
     return TensorType((alpha, alpha, o, i), weight.dtype)
 
 
+def winograd_weight_transform_matrix(tile_size: int, kernel_size: int = 3) -> np.ndarray:
+    """``kron(G, G)``: the ``(alpha^2, r^2)`` float64 matrix taking a flattened ``r x r`` kernel
+    ``g`` to the flattened ``G g G^T`` (row ``e * alpha + u``, column ``k * r + l``).
+
+    >>> winograd_weight_transform_matrix(2).shape
+    (16, 9)
+    """
+    _, g, _ = winograd_float_matrices(tile_size, kernel_size)
+    return np.kron(g, g)
+
+
 def _weight_transform_reference(w, attrs):
-    _, g, _ = winograd_float_matrices(attrs.tile_size, w.shape[2])
-    g = np.asarray(g, np.float64)
-    # G g G^T for every (O, I) pair as two matrix products over all pairs at once
-    left = np.tensordot(g, w.astype(np.float64), axes=([1], [2]))     # (alpha, O, I, r)
-    u = np.tensordot(left, g, axes=([3], [1]))                          # (alpha, O, I, alpha)
-    return np.ascontiguousarray(u.transpose(0, 3, 1, 2), dtype=w.dtype)
+    """``G g G^T`` of every (O, I) pair as one matrix product ``kron(G, G) @ w.reshape(O * I,
+    r * r).T``, which comes out ``(alpha * alpha, O * I)``: the result's layout with no copy. A
+    float32 weight is transformed in float32 (nine products summed per entry, so the rounding
+    stays within a few ulps); the arithmetic is otherwise float64."""
+    w = np.asarray(w)
+    o, i, kh, kw = w.shape
+    alpha = attrs.tile_size + kh - 1
+    k = winograd_weight_transform_matrix(attrs.tile_size, kh)
+    flat = np.ascontiguousarray(w).reshape(o * i, kh * kw)
+    if w.dtype == np.float32:
+        u = np.matmul(k.astype(np.float32), flat.T)
+    else:
+        u = np.matmul(k, flat.T.astype(np.float64))
+    return np.ascontiguousarray(u.reshape(alpha, alpha, o, i), dtype=w.dtype)
 
 
 def _lin(coefficients, terms):

@@ -742,8 +742,18 @@ def _is_node(value) -> bool:
 
 
 _NODE_TYPES = (Expr, Stmt)
-#: node class -> the names of its dataclass fields (dataclasses.fields is slow to call per node)
+#: node class -> the names of its dataclass fields that may hold nodes (dataclasses.fields is
+#: slow to call per node; fields declared ``str`` or ``int`` never hold one and are skipped)
 _FIELD_NAMES: dict = {}
+_LEAF_ANNOTATIONS = frozenset(("str", "int", "bool", "float", str, int, bool, float))
+
+
+def _child_fields(cls) -> tuple:
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls)
+                                          if f.type not in _LEAF_ANNOTATIONS)
+    return names
 
 
 def map_children(node, fn):
@@ -752,22 +762,29 @@ def map_children(node, fn):
     Children are the fields holding expressions or statements, alone or in tuples. A rebuilt
     binary operation folds integer constants again.
     """
-    changes = {}
-    cls = type(node)
-    names = _FIELD_NAMES.get(cls)
-    if names is None:
-        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
-    for name in names:
+    changes = None
+    for name in _FIELD_NAMES.get(type(node)) or _child_fields(type(node)):
         value = getattr(node, name)
         if isinstance(value, _NODE_TYPES):
             new = fn(value)
             if new is not value:
+                if changes is None:
+                    changes = {}
                 changes[name] = new
-        elif isinstance(value, tuple) and any(isinstance(v, _NODE_TYPES) for v in value):
-            new = tuple(fn(v) if isinstance(v, _NODE_TYPES) else v for v in value)
-            if any(n is not o for n, o in zip(new, value)):
-                changes[name] = new
-    if not changes:
+        elif isinstance(value, tuple):
+            items = None
+            for k, item in enumerate(value):
+                if isinstance(item, _NODE_TYPES):
+                    new = fn(item)
+                    if new is not item:
+                        if items is None:
+                            items = list(value)
+                        items[k] = new
+            if items is not None:
+                if changes is None:
+                    changes = {}
+                changes[name] = tuple(items)
+    if changes is None:
         return node
     if isinstance(node, Binary):  # rebuilt through the constructor so that constants fold
         return _binary(node.op, changes.get("a", node.a), changes.get("b", node.b))
@@ -805,8 +822,19 @@ _PREC = {"or": 1, "and": 2, "<": 4, "<=": 4, ">": 4, ">=": 4, "==": 4, "!=": 4,
          "<<": 5, ">>": 5, "+": 6, "-": 6, "*": 7, "/": 7, "//": 7, "%": 7}
 
 
-def _expr_text(e: Expr) -> tuple[str, int]:
-    """Text of ``e`` and its binding strength (higher binds tighter)."""
+def _expr_text(e: Expr, memo: dict | None = None) -> tuple[str, int]:
+    """Text of ``e`` and its binding strength (higher binds tighter). ``memo`` (``id(node) ->
+    result``, for one printing, while the nodes are alive) prints a subexpression that several
+    parents share once: a kernel's expressions are DAGs whose trees can be much larger."""
+    if memo is not None:
+        found = memo.get(id(e))
+        if found is None:
+            found = memo[id(e)] = _expr_text_of(e, memo)
+        return found
+    return _expr_text_of(e, None)
+
+
+def _expr_text_of(e: Expr, memo) -> tuple[str, int]:
     if isinstance(e, IntImm):
         if e.dtype == "bool":
             return ("True" if e.value else "False"), 9
@@ -818,75 +846,77 @@ def _expr_text(e: Expr) -> tuple[str, int]:
         return e.name, 9
     if isinstance(e, Binary):
         if e.op in ("min", "max"):
-            return f"{e.op}({_expr_text(e.a)[0]}, {_expr_text(e.b)[0]})", 9
+            return f"{e.op}({_expr_text(e.a, memo)[0]}, {_expr_text(e.b, memo)[0]})", 9
         prec = _PREC[e.op]
-        left, lp = _expr_text(e.a)
-        right, rp = _expr_text(e.b)
+        left, lp = _expr_text(e.a, memo)
+        right, rp = _expr_text(e.b, memo)
         if lp < prec:
             left = f"({left})"
         if rp <= prec:  # left-associative: a - (b - c) keeps its parentheses
             right = f"({right})"
         return f"{left} {e.op} {right}", prec
     if isinstance(e, Unary):
-        inner, ip = _expr_text(e.a)
+        inner, ip = _expr_text(e.a, memo)
         if e.op == "not":
             return f"not {inner if ip > 3 else f'({inner})'}", 3
         return f"-{inner if ip >= 8 else f'({inner})'}", 8
     if isinstance(e, Select):
-        return (f"select({_expr_text(e.cond)[0]}, {_expr_text(e.true_value)[0]}, "
-                f"{_expr_text(e.false_value)[0]})"), 9
+        return (f"select({_expr_text(e.cond, memo)[0]}, {_expr_text(e.true_value, memo)[0]}, "
+                f"{_expr_text(e.false_value, memo)[0]})"), 9
     if isinstance(e, Cast):
-        inner = _expr_text(e.value)[0]
+        inner = _expr_text(e.value, memo)[0]
         if isinstance(e.value, FloatImm) and e.value.dtype == "float32":
             inner = f"float32({inner})"  # a float32 literal widened, not a literal of e.dtype
         return f"{e.dtype}({inner})", 9
     if isinstance(e, Load):
-        return f"{e.buffer.name}[{_index_text(e.indices)}]", 9
+        return f"{e.buffer.name}[{_index_text(e.indices, memo)}]", 9
     if isinstance(e, Call):
-        return f"{e.name}({', '.join(_expr_text(a)[0] for a in e.args)})", 9
+        return f"{e.name}({', '.join(_expr_text(a, memo)[0] for a in e.args)})", 9
     if isinstance(e, DotSum):
-        factors = [_expr_text(x) for x in (e.a, e.b)]
+        factors = [_expr_text(x, memo) for x in (e.a, e.b)]
         left, right = [t if p >= 7 else f"({t})" for t, p in factors]
         return f"dot_sum({e.var.name} < {e.extent}: {left} * {right})", 9
     printer = getattr(e, "text", None)  # expression nodes defined by other layers (te)
     if printer is not None:
-        return printer(lambda x: _expr_text(x)[0]), 9
+        return printer(lambda x: _expr_text(x, memo)[0]), 9
     raise CompileError(f"cannot print {type(e).__name__}")
 
 
-def _index_text(indices) -> str:
-    return ", ".join(_expr_text(i)[0] for i in indices) if indices else "()"
+def _index_text(indices, memo: dict | None = None) -> str:
+    return ", ".join(_expr_text(i, memo)[0] for i in indices) if indices else "()"
 
 
-def _stmt_lines(s: Stmt, indent: int, out: list):
+def _stmt_lines(s: Stmt, indent: int, out: list, memo: dict | None = None):
     pad = "    " * indent
     if isinstance(s, For):
         begin = s.begin
         if isinstance(begin, IntImm) and begin.value == 0:
-            bounds = _expr_text(s.extent)[0]
+            bounds = _expr_text(s.extent, memo)[0]
         else:
-            bounds = f"{_expr_text(begin)[0]}, {_expr_text(begin + s.extent)[0]}"
+            # begin + extent is a new node, gone after this line: not remembered by its id
+            bounds = f"{_expr_text(begin, memo)[0]}, {_expr_text(begin + s.extent)[0]}"
         out.append(f"{pad}for {s.var.name} in {s.kind}({bounds}):")
-        _stmt_lines(s.body, indent + 1, out)
+        _stmt_lines(s.body, indent + 1, out, memo)
     elif isinstance(s, Store):
-        out.append(f"{pad}{s.buffer.name}[{_index_text(s.indices)}] = {_expr_text(s.value)[0]}")
+        out.append(f"{pad}{s.buffer.name}[{_index_text(s.indices, memo)}] = "
+                   f"{_expr_text(s.value, memo)[0]}")
     elif isinstance(s, LetStmt):
-        out.append(f"{pad}{s.var.name} = {_expr_text(s.value)[0]}")
-        _stmt_lines(s.body, indent, out)
+        out.append(f"{pad}{s.var.name} = {_expr_text(s.value, memo)[0]}")
+        _stmt_lines(s.body, indent, out, memo)
     elif isinstance(s, IfThenElse):
-        out.append(f"{pad}if {_expr_text(s.cond)[0]}:")
-        _stmt_lines(s.then_case, indent + 1, out)
+        out.append(f"{pad}if {_expr_text(s.cond, memo)[0]}:")
+        _stmt_lines(s.then_case, indent + 1, out, memo)
         if s.else_case is not None:
             out.append(f"{pad}else:")
-            _stmt_lines(s.else_case, indent + 1, out)
+            _stmt_lines(s.else_case, indent + 1, out, memo)
     elif isinstance(s, SeqStmt):
         for stmt in s.stmts:
-            _stmt_lines(stmt, indent, out)
+            _stmt_lines(stmt, indent, out, memo)
     elif isinstance(s, Allocate):
         scope = "" if s.buffer.scope == "global" else f', "{s.buffer.scope}"'
         shape = _shape_text(s.buffer.shape)
         out.append(f'{pad}{s.buffer.name} = allocate({shape}, "{s.buffer.dtype}"{scope})')
-        _stmt_lines(s.body, indent, out)
+        _stmt_lines(s.body, indent, out, memo)
     elif isinstance(s, Barrier):
         out.append(f"{pad}barrier()")
     else:
@@ -899,13 +929,13 @@ def to_text(node) -> str:
         params = ", ".join(f'{p.name}: Buffer({_shape_text(p.shape)}, "{p.dtype}")'
                            for p in node.params)
         lines = [f"def {node.name}({params}):"]
-        _stmt_lines(node.body, 1, lines)
+        _stmt_lines(node.body, 1, lines, {})
         return "\n".join(lines)
     if isinstance(node, Stmt):
         lines = []
-        _stmt_lines(node, 0, lines)
+        _stmt_lines(node, 0, lines, {})
         return "\n".join(lines)
-    return _expr_text(node)[0]
+    return _expr_text(node, {})[0]
 
 
 # --------------------------------------------------------------------------------------------

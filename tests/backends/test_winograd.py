@@ -181,3 +181,29 @@ def test_shape_functions_agree_with_the_type_relations():
     name = "nn.contrib_conv2d_winograd_weight_transform"
     attrs = get_opdef(name).make_attrs({"tile_size": 2})
     assert get_op_attr(name, "FShapeFunc")(attrs, [(4, 3, 3, 3)]) == [(4, 4, 4, 3)]
+
+
+@pytest.mark.parametrize("m", [2, 4])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_weight_transform_reference_is_g_g_gt_per_channel_pair(m, dtype):
+    """The folded weight transform (one matrix product over all channel pairs) against
+    ``G g G^T`` written out for each (output, input) pair in float64."""
+    from relaybench.op.winograd import (_weight_transform_reference, winograd_float_matrices,
+                                        winograd_weight_transform_matrix)
+    rng = np.random.default_rng(m)
+    w = rng.standard_normal((5, 3, 3, 3)).astype(dtype)
+    _, g, _ = winograd_float_matrices(m, 3)
+    want = np.empty((m + 2, m + 2, 5, 3))
+    for o in range(5):
+        for i in range(3):
+            want[:, :, o, i] = g @ w[o, i].astype(np.float64) @ g.T
+    attrs = op.nn.contrib_conv2d_winograd_weight_transform(rb.var("w", shape=w.shape),
+                                                           tile_size=m).attrs
+    got = _weight_transform_reference(w, attrs)
+    assert got.dtype == w.dtype and got.shape == want.shape and got.flags.c_contiguous
+    np.testing.assert_allclose(got, want, rtol=1e-6 if dtype == "float32" else 1e-12,
+                               atol=1e-6 if dtype == "float32" else 1e-12)
+    k = winograd_weight_transform_matrix(m)
+    assert k.shape == ((m + 2) ** 2, 9)
+    np.testing.assert_allclose(k @ w[1, 2].astype(np.float64).ravel(),
+                               (g @ w[1, 2].astype(np.float64) @ g.T).ravel(), rtol=1e-12)

@@ -177,3 +177,25 @@ def test_8_bit_and_bool_temporaries_evaluate():
         dst = np.zeros(4, dtype=dtype)
         L.evaluate(func, src, dst)
         np.testing.assert_array_equal(dst, src)
+
+
+def test_to_text_of_shared_subexpressions_matches_the_tree():
+    """A subexpression read by several parents prints once per use, the same text as when
+    each use is its own node (the printer remembers shared nodes within one printing)."""
+    from relaybench.te import loop_ir as L
+    A = L.Buffer("A", (8,), "float32")
+    out = L.Buffer("out", (8,), "float32")
+    i = L.Var("i")
+
+    def value(shared: bool):
+        load = L.Load(A, (i * 2 - 1,))
+        part = (load + load) * (load if shared else L.Load(A, (i * 2 - 1,)))
+        return part - (part if shared else (L.Load(A, (i * 2 - 1,)) + load) * load)
+
+    def func(shared):
+        body = L.For(i, L.const(1), L.const(3), "serial", L.Store(out, (i,), value(shared)))
+        return L.PrimFunc("f", (A, out), body)
+    text = L.to_text(func(True))
+    assert text == L.to_text(func(False))
+    assert "out[i] = (A[i * 2 - 1] + A[i * 2 - 1]) * A[i * 2 - 1] - " in text
+    assert "for i in serial(1, 4):" in text

@@ -79,6 +79,17 @@ How each construct is lowered:
   saturate (``255 * 127 * 2`` does not fit). Anything else, and the ``generic`` path, is the
   sum unrolled into widening multiplies and adds.
 
+* Shared work is emitted once: an expression node whose variables are bound to the same values
+  and whose buffers were not stored to since, and a pure instruction with the same operands,
+  is taken from a scoped table instead of emitted again (:class:`_NumberingBuilder`; a loop
+  body and each side of an ``if`` are scopes, so a reused value always dominates its use). The
+  loop IR of an unrolled tile (a Winograd transform) repeats its loads and their index
+  arithmetic in every output; numbered, the LLVM module is about 15 times smaller. In unrolled
+  code a guarded store's value whose loads are proven in bounds is computed before the branch,
+  so that the guarded outputs of a partial tile share their terms too. A module whose float
+  arithmetic and buffer stores are all vector code is compiled without LLVM's SLP vectorizer
+  (:data:`.compile_worker.NO_SLP`), which has nothing to pack there.
+
 Buffers are assumed not to overlap (``noalias``): passing one array as two arguments is not
 supported.
 
@@ -105,6 +116,7 @@ Example (needs llvmlite)::
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 from collections.abc import Sequence
 
@@ -112,6 +124,7 @@ import numpy as np
 
 from ...errors import CompileError
 from ...te import loop_ir as L
+from .compile_worker import NO_SLP
 from .jit import compile_module, host_target, int8_path, prefer_vector_width
 from .runtime import Kernel, PhasedKernel, Phase, TensorSpec
 
@@ -127,6 +140,11 @@ UNROLL_LIMIT = 16
 VECTOR_LANES_LIMIT = 64
 """A ``vectorized`` loop with a constant extent from 2 up to this becomes vector code."""
 
+NUMBERING = True
+"""Emit each distinct expression and pure instruction once (:class:`_NumberingBuilder`); False
+emits every node of the expression trees as it comes (the same machine code after LLVM's own
+common-subexpression elimination, slower to generate and to compile: for comparing the two)."""
+
 def _source_digest() -> str:
     """A digest of the code generator's own source, part of every cache key, so that a changed
     code generator never reads kernels that an earlier one compiled."""
@@ -134,7 +152,7 @@ def _source_digest() -> str:
     from pathlib import Path
     here = Path(__file__).parent
     digest = hashlib.sha256()
-    for name in ("codegen.py", "jit.py", "runtime.py"):
+    for name in ("codegen.py", "jit.py", "runtime.py", "compile_worker.py"):
         try:
             digest.update((here / name).read_bytes())
         except OSError:
@@ -145,12 +163,19 @@ def _source_digest() -> str:
 _CODEGEN_VERSION = f"codegen-3-{_source_digest()}"
 
 
+_IR_MODULE = None
+
+
 def _ir():
+    global _IR_MODULE
+    if _IR_MODULE is not None:
+        return _IR_MODULE
     try:
         from llvmlite import ir
     except ImportError:
         raise ImportError("the LLVM backend needs llvmlite: install the extra with "
                           "`pip install 'relaybench[llvm]'`") from None
+    _IR_MODULE = ir
     return ir
 
 
@@ -183,6 +208,7 @@ def _memory_type(dtype: str):
     return _ir().IntType(8) if dtype == "bool" else _value_type(dtype)
 
 
+@functools.lru_cache(maxsize=None)
 def _integer_bounds(dtype: str) -> tuple[int, int] | None:
     """The smallest and largest value of an integer ``dtype`` (``bool`` is 0..1), else None."""
     if dtype == "bool":
@@ -567,6 +593,226 @@ _LIBM = {name: (name + "f", name) for name in ("tanh", "erf", "tan", "asin", "ac
                                               "sinh", "cosh", "asinh", "acosh", "atanh")}
 
 
+_PURE_METHODS = (
+    "add", "sub", "mul", "sdiv", "srem", "udiv", "urem", "and_", "or_", "xor", "shl", "ashr",
+    "lshr", "neg", "not_", "fadd", "fsub", "fmul", "fdiv", "frem", "fneg", "icmp_signed",
+    "icmp_unsigned", "fcmp_ordered", "fcmp_unordered", "select", "zext", "sext", "trunc",
+    "fptrunc", "fpext", "sitofp", "uitofp", "fptosi", "fptoui", "bitcast", "gep",
+    "extract_element", "insert_element", "shuffle_vector")
+"""IRBuilder methods whose result depends on their operands only (no memory, no side effect):
+the ones :class:`_NumberingBuilder` emits once per distinct operands."""
+
+_PURE_INTRINSICS = frozenset((
+    "fmuladd", "fma", "fabs", "sqrt", "floor", "ceil", "roundeven", "rint", "round", "trunc",
+    "exp", "exp2", "log", "log2", "log10", "pow", "sin", "cos", "copysign", "minnum", "maxnum",
+    "minimum", "maximum"))
+"""LLVM math intrinsics (the part of the name after ``llvm.``) that read no memory."""
+
+_PURE_X86 = frozenset(("llvm.x86.avx512.vpdpbusd.128", "llvm.x86.avx512.vpdpbusd.256",
+                       "llvm.x86.avx512.vpdpbusd.512", "llvm.x86.avx512.pmaddw.d.512",
+                       "llvm.x86.avx2.pmadd.wd"))
+
+
+def _pure_callee(name: str) -> bool:
+    if name in _PURE_X86:
+        return True
+    parts = name.split(".")
+    return len(parts) >= 2 and parts[0] == "llvm" and parts[1] in _PURE_INTRINSICS
+
+
+class _NotNumbered(Exception):
+    """An operand without a value key (the instruction is emitted as is)."""
+
+
+class _NumberingBuilder:
+    """An ``IRBuilder`` that emits each pure instruction once per distinct operands (local value
+    numbering while the IR is built), so that the index arithmetic, the addresses and the loads
+    an expression tree repeats (the unrolled tiles of a Winograd transform read each input many
+    times, each read with its own ``//`` and ``%`` of the loop variables) become one instruction
+    each. It is the same common-subexpression elimination LLVM's GVN would do, done before LLVM
+    sees thousands of duplicates (and before Python prints them).
+
+    Rules that keep it exact:
+
+    * A value is reused only where its instruction dominates: every loop body and each side of
+      an ``if`` is a scope (:meth:`push` / :meth:`pop`), and what was numbered inside a scope is
+      forgotten when it ends. Unrolled and vector loops are straight-line code: no scope.
+    * Operands are keyed by identity (instructions, arguments) or by value (constants: type and
+      value, floats by their hex text so that ``-0.0`` and ``0.0`` differ).
+    * Loads are numbered only through the pointers of buffers (:meth:`buffer`) and of addresses
+      computed from them (``gep``, ``bitcast``); a store through any address of a buffer starts
+      a new generation of that buffer's loads, and entering a loop body or calling a function
+      that is not a pure intrinsic (``free``, the C library) starts a new generation of all.
+    """
+
+    def __init__(self, builder, ir):
+        self._b = builder
+        self._ir = ir
+        self._table: dict = {}
+        self._scopes: list = [[]]
+        self._base: dict = {}        # id(pointer) -> id of the buffer pointer it addresses
+        self._buffers: set = set()   # ids of buffer pointers whose loads are numbered
+        self._generation: dict = {}  # id(buffer pointer) -> stores through it so far
+        self._epoch = 0
+        self._keep: list = []        # values whose ids are keys: alive as long as the table
+        self._constant_keys: dict = {}  # id(constant) -> (its key, the constant)
+        self._constant_class = ir.Constant
+        self._type_texts: dict = {}     # id(type) -> (its text, the type)
+        self._value_classes: set = set()  # classes of values keyed by identity (not constants)
+        self.scalar_work = 0  # float arithmetic on scalars and scalar stores to buffers
+
+    def __getattr__(self, name):
+        return getattr(self._b, name)
+
+    # ------------------------------------------------------------------ scopes and buffers
+    def push(self) -> None:
+        """Enter a region whose values do not dominate what follows it (a loop body, a side of
+        an ``if``)."""
+        self._scopes.append([])
+
+    def pop(self) -> None:
+        """Leave the region: forget what was numbered in it."""
+        table = self._table
+        for key in self._scopes.pop():
+            table.pop(key, None)
+
+    def forget_loads(self) -> None:
+        """Loads numbered so far are not reused (memory may have changed: a loop's earlier
+        iterations, a call)."""
+        self._epoch += 1
+
+    def buffer(self, pointer) -> None:
+        """Number the loads through ``pointer`` (a buffer's data) and addresses made from it."""
+        self._buffers.add(id(pointer))
+        self._base[id(pointer)] = id(pointer)
+        self._keep.append(pointer)
+
+    # ------------------------------------------------------------------ keys
+    def _const(self, value):
+        if isinstance(value, float):
+            return ("f", value.hex())
+        if isinstance(value, (int, str)) or value is None:
+            return value
+        if isinstance(value, (list, tuple)):
+            return tuple(self._operand(v) if isinstance(v, self._ir.Value) else self._const(v)
+                         for v in value)
+        if value is self._ir.Undefined:
+            return ("undef",)
+        raise _NotNumbered
+
+    def _operand(self, value):
+        if type(value) in self._value_classes:   # an instruction, an argument: by identity
+            return id(value)
+        if type(value) is self._constant_class:
+            # a constant by its value; remembered by identity (the constant kept alive with
+            # its key), since vector constants repeat their elements and splats repeat
+            found = self._constant_keys.get(id(value))
+            if found is None:
+                found = self._constant_keys[id(value)] = (
+                    ("c", self._type_text(value.type), self._const(value.constant)), value)
+            return found[0]
+        ir = self._ir
+        if isinstance(value, ir.Constant):
+            return ("c", str(value.type), self._const(value.constant))
+        if isinstance(value, ir.Value):
+            self._value_classes.add(type(value))
+            return id(value)
+        if isinstance(value, (list, tuple)):
+            return tuple(self._operand(v) for v in value)
+        if isinstance(value, ir.Type):
+            return ("t", self._type_text(value))
+        if isinstance(value, (str, int, float, bool)) or value is None:
+            return value
+        raise _NotNumbered
+
+    def _type_text(self, ty) -> str:
+        found = self._type_texts.get(id(ty))
+        if found is None:
+            found = self._type_texts[id(ty)] = (str(ty), ty)   # the type kept alive
+        return found[0]
+
+    def _key(self, method: str, args, kwargs):
+        try:
+            operands = tuple(self._operand(a) for a in args)
+            extra = tuple(sorted((k, self._operand(v)) for k, v in kwargs.items() if k != "name"))
+        except _NotNumbered:
+            return None
+        return (method, operands, extra)
+
+    def _remember(self, key, value, args) -> None:
+        self._table[key] = value
+        self._scopes[-1].append(key)
+        self._keep.append(args)
+
+    def _numbered(self, method: str, args, kwargs):
+        key = self._key(method, args, kwargs) if NUMBERING else None
+        if key is not None:
+            found = self._table.get(key)
+            if found is not None:
+                return found
+        value = getattr(self._b, method)(*args, **kwargs)
+        if method in _FLOAT_ARITHMETIC or method == "call":
+            self._count_scalar_float(value)
+        if key is not None:
+            self._remember(key, value, args)
+        if method in ("gep", "bitcast"):
+            source = id(args[0])
+            self._base[id(value)] = self._base.get(source, source)
+        return value
+
+    # ------------------------------------------------------------------ memory and calls
+    def load(self, ptr, name="", align=None, typ=None):
+        base = self._base.get(id(ptr))
+        if base is None or base not in self._buffers or not NUMBERING:
+            return self._b.load(ptr, name=name, align=align, typ=typ)
+        key = ("load", id(ptr), self._generation.get(base, 0), self._epoch, align,
+               None if typ is None else self._type_text(typ))
+        found = self._table.get(key)
+        if found is not None:
+            return found
+        value = self._b.load(ptr, name=name, align=align, typ=typ)
+        self._remember(key, value, ptr)
+        return value
+
+    def store(self, value, ptr, align=None):
+        base = self._base.get(id(ptr), id(ptr))
+        self._generation[base] = self._generation.get(base, 0) + 1
+        if base in self._buffers and not isinstance(value.type, self._ir.VectorType):
+            self.scalar_work += 1   # scalar stores side by side are what SLP packs too
+        return self._b.store(value, ptr, align=align)
+
+    def call(self, fn, args, *rest, **kwargs):
+        if not rest and _pure_callee(getattr(fn, "name", "")):
+            return self._numbered("call", (fn, list(args)), kwargs)
+        self.forget_loads()
+        value = self._b.call(fn, args, *rest, **kwargs)
+        self._count_scalar_float(value)
+        return value
+
+    def _count_scalar_float(self, value) -> None:
+        """Count float arithmetic on scalars (what LLVM's SLP vectorizer could pack)."""
+        if isinstance(value.type, (self._ir.FloatType, self._ir.DoubleType, self._ir.HalfType)):
+            self.scalar_work += 1
+
+
+_FLOAT_ARITHMETIC = frozenset(("fadd", "fsub", "fmul", "fdiv", "frem", "fneg"))
+
+
+def _numbered_method(method: str):
+    def emit(self, *args, **kwargs):
+        return self._numbered(method, args, kwargs)
+    emit.__name__ = method
+    return emit
+
+
+for _method in _PURE_METHODS:
+    setattr(_NumberingBuilder, _method, _numbered_method(_method))
+del _method
+
+_LEAVES = frozenset((L.IntImm, L.FloatImm, L.Var, L.SizeVar))
+"""Expression classes emitted directly, never looked up (constants and variables)."""
+
+
 class _FunctionBuilder:
     """Emits one PrimFunc as one LLVM function; handlers are looked up by node class."""
 
@@ -598,14 +844,21 @@ class _FunctionBuilder:
         self.entry = self.fn.append_basic_block("entry")
         start = self.fn.append_basic_block("start")
         self.entry_builder = ir.IRBuilder(self.entry)
-        self.b = ir.IRBuilder(start)
+        self.b = _NumberingBuilder(ir.IRBuilder(start), ir)
         self.pointers = dict(zip(params, self.fn.args))
+        for arg in self.fn.args[:len(params)]:
+            self.b.buffer(arg)
         self.env: dict = {}
         self._bind_sizes(func)
         self.ranges: dict = {}  # variable -> (lo, hi), for proving loads in bounds
         self.speculative = 0  # > 0 while computing a side of a select that may not be chosen
-        self.exact = _exact_values(self.body)  # float values never contracted into an FMA
+        self._exact = None  # float values never contracted into an FMA (made when first asked)
         self.loop_count = 0
+        self.unrolled = 0  # unrolled loops around the statement being emitted
+        self.plans: dict = {}  # id(vectorized loop) -> (its _VectorLoop or None, the loop)
+        self.loads: dict = {}  # id(expression) -> (the loads in it, the expression)
+        self.proven: dict = {}  # (id(load), its variables' ranges) -> in bounds
+        self.deps: dict = {}  # id(expression) -> (its variables, its buffers, the expression)
         self.expr_table = {
             L.IntImm: self._int, L.FloatImm: self._float, L.Var: self._var,
             L.Binary: self._binary, L.Unary: self._unary, L.Select: self._select,
@@ -619,6 +872,14 @@ class _FunctionBuilder:
 
     def where(self) -> str:
         return f"kernel {self.func.name}"
+
+    @property
+    def exact(self) -> set:
+        """:func:`_exact_values` of the body, worked out on first use: a build whose kernels are
+        all cached makes the builders (for the cache key) but never emits code."""
+        if self._exact is None:
+            self._exact = _exact_values(self.body)
+        return self._exact
 
     def _bind_sizes(self, func) -> None:
         """The size variables of a kernel for symbolic shapes (:class:`~L.SizeVar`), read from
@@ -656,6 +917,76 @@ class _FunctionBuilder:
     # ---------------------------------------------------------------- expressions
 
     def expr(self, e):
+        """The value of ``e``: emitted once per distinct context. The loop IR shares
+        subexpressions (one node read by many parents: a Winograd tile's column sums, the
+        loads of an input tile), and a node whose variables are bound to the same values and
+        whose buffers were not stored to since is the same value, so it is taken from the
+        builder's scoped table (:class:`_NumberingBuilder`) instead of walked again."""
+        if type(e) in _LEAVES or not NUMBERING:
+            return self._emit(e)
+        deps = self.deps.get(id(e))
+        if deps is None:
+            deps = self._dependencies(e)
+        b = self.b
+        env, pointers, generation = self.env, self.pointers, b._generation
+        key = ["expr", id(e)]
+        for var in deps[0]:
+            key.append(b._operand(env.get(var)))
+        if deps[1]:
+            key.append(b._epoch)
+            for buffer in deps[1]:
+                pointer = id(pointers.get(buffer))
+                key.append(pointer)
+                key.append(generation.get(pointer, 0))
+        # a value computed where the program might not have chosen it (a side of a select)
+        # reads through clamped offsets (gathers in vector code): correct anywhere, but only
+        # reused where speculation is needed again; a plain value is reused everywhere
+        key.append(False)
+        found = b._table.get(tuple(key))
+        if found is not None:
+            return found
+        if self.speculative:
+            key[-1] = True
+            found = b._table.get(tuple(key))
+            if found is not None:
+                return found
+        value = self._emit(e)
+        b._remember(tuple(key), value, e)
+        return value
+
+    def _dependencies(self, e) -> tuple:
+        """``(variables, buffers)`` that the value of ``e`` depends on (the variables it reads,
+        the buffers it loads from), worked out once per node, bottom-up without recursion."""
+        deps = self.deps
+        stack = [(e, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if id(node) in deps:
+                continue
+            children = []
+            L.map_children(node, lambda child: children.append(child) or child)
+            if not expanded:
+                pending = [c for c in children if id(c) not in deps]
+                if pending:
+                    stack.append((node, True))
+                    stack.extend((c, False) for c in pending)
+                    continue
+            variables, buffers = set(), set()
+            if isinstance(node, L.Var):
+                variables.add(node)
+            elif isinstance(node, L.Load):
+                buffers.add(node.buffer)
+            if isinstance(node, L.DotSum):
+                variables.add(node.var)
+            for child in children:
+                child_vars, child_buffers, _ = deps[id(child)]
+                variables.update(child_vars)
+                buffers.update(child_buffers)
+            deps[id(node)] = (tuple(sorted(variables, key=id)), tuple(sorted(buffers, key=id)),
+                              node)   # the node kept alive: its id is a key
+        return deps[id(e)]
+
+    def _emit(self, e):
         handler = self.expr_table.get(type(e))
         if handler is None:  # subclasses from other layers (te's IterVar is a Var)
             handler = next((self.expr_table[t] for t in type(e).__mro__
@@ -846,9 +1177,14 @@ class _FunctionBuilder:
     def freeze(self, value):
         """``freeze value``: a poison or undef value becomes some fixed value, so that a
         check on it (a divisor's, an offset's clamp) holds for what is then used."""
+        key = ("freeze", id(value))
+        found = self.b._table.get(key) if NUMBERING else None
+        if found is not None:
+            return found
         instruction = self.ir.instructions.Instruction(self.b.block, value.type, "freeze",
                                                        [value])
         self.b._insert(instruction)
+        self.b._remember(key, instruction, value)
         return instruction
 
     def speculate(self, e):
@@ -1443,18 +1779,62 @@ class _FunctionBuilder:
     def _if(self, s):
         b = self.b
         cond = self.expr(s.cond)
+        if self.unrolled and NUMBERING and self._hoistable(s):
+            # in unrolled code the guarded stores' values share most of their terms (the
+            # outputs of a partial Winograd tile): computed before the branch, where they
+            # dominate the other copies, instead of once inside each guarded block
+            self.expr(s.then_case.value)
         then_block = b.append_basic_block("then")
         else_block = b.append_basic_block("else") if s.else_case is not None else None
         done = b.append_basic_block("if_end")
         b.cbranch(cond, then_block, else_block or done)
         b.position_at_end(then_block)
+        b.push()
         self.stmt(s.then_case)
         b.branch(done)
+        b.pop()
         if else_block is not None:
             b.position_at_end(else_block)
+            b.push()
             self.stmt(s.else_case)
             b.branch(done)
+            b.pop()
         b.position_at_end(done)
+
+    def _hoistable(self, s) -> bool:
+        """Whether the value that ``if`` statement ``s`` stores may be computed before its
+        branch: one store and no ``else``, and every load of the value proven in bounds (it
+        reads nothing the program could not have read; division and the rest are total)."""
+        if s.else_case is not None or not isinstance(s.then_case, L.Store):
+            return False
+        value = s.then_case.value
+        known = self.loads.get(id(value))
+        if known is None:
+            loads, stack, seen = [], [value], set()
+            while stack:
+                node = stack.pop()
+                if id(node) in seen:
+                    continue
+                seen.add(id(node))
+                if isinstance(node, (L.Call, L.DotSum)):
+                    loads = None
+                    break
+                if isinstance(node, L.Load):
+                    loads.append(node)
+                L.map_children(node, lambda child: stack.append(child) or child)
+            known = self.loads[id(value)] = (loads, value)
+        loads = known[0]
+        if loads is None:
+            return False
+        for load in loads:
+            deps = self.deps.get(id(load)) or self._dependencies(load)
+            key = (id(load),) + tuple(self.ranges.get(v) for v in deps[0])
+            proven = self.proven.get(key)
+            if proven is None:
+                proven = self.proven[key] = self.in_bounds(load.buffer, load.indices)
+            if not proven:
+                return False
+        return True
 
     def _allocate(self, s):
         ir, buf = self.ir, s.buffer
@@ -1466,6 +1846,7 @@ class _FunctionBuilder:
                                                 name=buf.name)
             pointer.align = align
             self.pointers[buf] = pointer
+            self.b.buffer(pointer)
             self.stmt(s.body)
             del self.pointers[buf]
             return
@@ -1476,6 +1857,7 @@ class _FunctionBuilder:
             self.module, ir.FunctionType(ir.VoidType(), [i8p]), "free")
         raw = self.b.call(malloc, [ir.Constant(self.i64, nbytes)], name=buf.name + "_raw")
         self.pointers[buf] = self.b.bitcast(raw, ir.PointerType(elem), name=buf.name)
+        self.b.buffer(self.pointers[buf])
         self.stmt(s.body)
         del self.pointers[buf]
         self.b.call(free, [raw])
@@ -1486,18 +1868,25 @@ class _FunctionBuilder:
         begin = self.convert(self.expr(s.begin), s.begin.dtype, "int64")
         if (s.kind == "unrolled" and isinstance(s.begin, L.IntImm)
                 and isinstance(s.extent, L.IntImm) and s.extent.value <= UNROLL_LIMIT):
+            self.unrolled += 1
             for value in range(s.begin.value, s.begin.value + s.extent.value):
                 self.env[s.var] = self.convert(self.ir.Constant(self.i64, value), "int64",
                                                s.var.dtype)
                 self.ranges[s.var] = (value, value)
                 self.stmt(s.body)
+            self.unrolled -= 1
             del self.env[s.var]
             self.ranges.pop(s.var, None)
             return
         self._bind_range(s.var, s.begin, s.extent)
         try:
             if s.kind == "vectorized" and self.vector is None:
-                plan = _VectorLoop.plan(s)
+                # the same loop comes again in each iteration of unrolled loops around it;
+                # its plan depends on the loop alone
+                known = self.plans.get(id(s))
+                if known is None:
+                    known = self.plans[id(s)] = (_VectorLoop.plan(s), s)
+                plan = known[0]
                 if plan is not None:
                     self._vector_loop(s, plan)
                     return
@@ -1542,11 +1931,14 @@ class _FunctionBuilder:
         index = b.load(counter)
         b.cbranch(b.icmp_signed("<", index, end), body, exit_block)
         b.position_at_end(body)
+        b.push()
+        b.forget_loads()   # what an earlier iteration stored is read again
         self.env[s.var] = self.convert(index, "int64", s.var.dtype)
         self.stmt(s.body)
         del self.env[s.var]
         b.store(b.add(index, ir.Constant(self.i64, 1)), counter)
         latch = b.branch(header)
+        b.pop()
         if hints:
             latch.set_metadata("llvm.loop", self._loop_metadata(hints))
         b.position_at_end(exit_block)
@@ -1681,6 +2073,7 @@ class KernelPlan:
 
     def __init__(self, func: L.PrimFunc, parallel: bool = True):
         ir = _ir()
+        self.ir = ir
         self.func = func
         self.parallel = parallel
         loops_text = L.to_text(func)
@@ -1713,6 +2106,13 @@ class KernelPlan:
                 builder.build()
                 if builder.parallel_loop is not None:
                     _entry_trampoline(self.module, builder.fn)
+            if all(builder.b.scalar_work == 0 for builder in self.builders):
+                # all float arithmetic and every store to a buffer is vector code already: the
+                # SLP vectorizer, which packs scalar operations into vectors, finds nothing to
+                # pack (the object code is the same) and costs a fifth of LLVM's time on large
+                # straight-line kernels
+                self.module.add_named_metadata("rb.options",
+                                               [self.ir.MetaDataString(self.module, NO_SLP)])
         except (TypeError, ValueError, AttributeError) as err:  # llvmlite rejects a construct
             self._generated = CompileError(f"kernel {self.func.name}: LLVM code generation "
                                            f"failed: {err}")

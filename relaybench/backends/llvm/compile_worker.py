@@ -36,7 +36,12 @@ import threading
 import time
 from collections import deque
 
-__all__ = ["compile_object", "WorkerPool", "worker_count"]
+__all__ = ["compile_object", "WorkerPool", "worker_count", "NO_SLP"]
+
+
+NO_SLP = "rb.no-slp"
+"""A string in a module's named metadata ``!rb.options`` (the code generator adds it to modules
+whose float arithmetic is all vector code): compile it without the SLP vectorizer."""
 
 
 def compile_object(llvm, machine, triple: str, text: str, digest: str) -> tuple:
@@ -44,7 +49,8 @@ def compile_object(llvm, machine, triple: str, text: str, digest: str) -> tuple:
 
     ``llvm`` is ``llvmlite.binding`` (initialized for the native target), ``machine`` the target
     machine (for ``triple``) to optimize and emit for; ``digest`` (the kernel's cache key) makes
-    the symbols unique. Raises ``RuntimeError`` when LLVM rejects the IR.
+    the symbols unique. Raises ``RuntimeError`` when LLVM rejects the IR. The SLP vectorizer
+    is left out when the module's ``!rb.options`` names :data:`NO_SLP`.
     """
     mod = llvm.parse_assembly(text)
     mod.verify()
@@ -66,7 +72,7 @@ def compile_object(llvm, machine, triple: str, text: str, digest: str) -> tuple:
     # kernels, the same with one builder reused), a cost only fewer compiles avoid.
     tuning = llvm.create_pipeline_tuning_options(speed_level=3)
     tuning.loop_vectorization = True
-    tuning.slp_vectorization = True
+    tuning.slp_vectorization = f'!"{NO_SLP}"' not in text
     tuning.loop_unrolling = True
     builder = llvm.create_pass_builder(machine, tuning)
     builder.getModulePassManager().run(mod, builder)
