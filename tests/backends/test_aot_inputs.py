@@ -172,3 +172,58 @@ fn (%p: (Tensor[(2), float32], Tree[Tensor[(2), float32]])) -> int32 { @size(%p.
     some = ConstructorValue(mod.get_constructor("Cons"), (x, from_python([])))
     with pytest.raises(ExecutionError, match=r"%p\.1.*Tree"):
         lib.run((x, some))
+
+
+def _elements(value):
+    out = []
+    while value.constructor.name_hint == "Cons":
+        out.append(np.asarray(value.fields[0]))
+        value = value.fields[1]
+    assert value.constructor.name_hint == "Nil"
+    return out
+
+
+@pytest.mark.parametrize("shape", [(), (2, 3)])
+@pytest.mark.parametrize("n", [0, 1, 20])
+def test_a_list_of_tensors_returned_is_the_interpreters(shape, n):
+    """A List of tensors of one shape comes back through the gathered path; each element is its
+    own value (changing one changes no other), and the next run does not change them."""
+    dims = ", ".join(str(d) for d in shape)
+    text = f"""
+fn (%x: Tensor[({dims}), float32], %n: int32) -> List[Tensor[({dims}), float32]] {{
+  let %go = fn (%i: int32, %acc: List[Tensor[({dims}), float32]]) -> List[Tensor[({dims}), float32]] {{
+    if (less(%i, %n)) {{
+      %go(add(%i, 1), Cons(multiply(%x, cast(%i, dtype="float32")), %acc))
+    }} else {{ %acc }}
+  }};
+  %go(0, Nil)
+}}"""
+    mod = prelude_module(text)
+    lib = aot(mod)
+    x = np.arange(1, 1 + int(np.prod(shape)), dtype="float32").reshape(shape)
+    got = lib.run(x, np.int32(n))
+    want = rb.create_executor("debug", mod=mod).evaluate()(x, np.int32(n))
+    got_list, want_list = _elements(got), _elements(want)
+    assert len(got_list) == len(want_list) == n
+    for g, w in zip(got_list, want_list):
+        assert g.shape == shape and g.dtype == np.float32
+        np.testing.assert_array_equal(g, w)
+    if n > 1:
+        kept = [g.copy() for g in got_list]
+        got_list[0][...] = -1
+        np.testing.assert_array_equal(got_list[1], kept[1])
+        lib.run(2 * x, np.int32(n))
+        np.testing.assert_array_equal(_elements(got)[1], kept[1])
+
+
+def test_a_list_of_mixed_shapes_or_tuples_comes_back_whole():
+    """Elements of different shapes, and tuples, take the general path."""
+    mod = prelude_module("""
+fn (%x: Tensor[(2), float32]) -> List[(Tensor[(2), float32], int32)] {
+  Cons((%x, 1), Cons((add(%x, %x), 2), Nil))
+}""")
+    got = aot(mod).run(np.array([1.0, 2.0], "float32"))
+    first, rest = got.fields
+    np.testing.assert_array_equal(first[0], [1.0, 2.0])
+    assert int(first[1]) == 1
+    np.testing.assert_array_equal(rest.fields[0][0], [2.0, 4.0])

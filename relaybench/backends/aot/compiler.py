@@ -81,8 +81,11 @@ STORAGE_ALIGNMENT = 64
 #: machine (far more on a busy one, where the pool's threads wait for a core). An LSTM cell's
 #: dense layer at batch 1 (1024 x 256, 0.5 MFLOP, about 12 us on one core) is worth sharing
 #: on an idle machine: the 35-step LSTM of bench/nlp.py took 0.59 ms with it shared, 1.10 ms
-#: without; a 256 x 256 one (0.13 MFLOP) is not.
-PARALLEL_MIN_FLOPS = 500_000
+#: without. Timed with each engine in a process of its own (bench/nlp.py at two threads), a
+#: GRU's 768 x 256 layers (0.39 MFLOP) shared took its 35 steps from 0.73 ms to 0.38-0.40 ms,
+#: and a 256 x 256 one (0.13 MFLOP) still gains a little; below 0.1 MFLOP (CharRNN's layers)
+#: nothing was measured to gain.
+PARALLEL_MIN_FLOPS = 100_000
 
 
 def dtype_code(dtype: str, where: str) -> int:

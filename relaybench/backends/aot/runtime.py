@@ -346,6 +346,9 @@ class AotModule:
                 return view[k:k + count].tolist()
             return _read_words(addr, count).tolist()
 
+        fast = _list_of_tensors(address, constructors, arena, low, high, arena_bytes)
+        if fast is not None:
+            return fast
         done: dict = {}
         heads: dict = {}            # objects waiting for their fields -> their words
         stack = [address]
@@ -405,6 +408,84 @@ class AotModule:
             else:
                 raise ExecutionError(f"the native result holds an object of unknown kind {kind}")
         return done[address]
+
+
+def _list_of_tensors(address: int, constructors, words, low: int, high: int, arena_bytes):
+    """The prelude List at ``address`` as the interpreter's value when it is a List of tensors
+    of one dtype and shape, all in the arena (a sampling loop's characters, a sequence's
+    outputs): the spine followed in one loop, the elements' headers checked and their data
+    gathered in a few numpy steps, each element a view of that one copy. None for anything else
+    (the general walk takes it). ``words`` is the arena as int64 words."""
+    from ..interpreter import ConstructorValue
+    header = C.HEADER
+    view = memoryview(words)
+    kind_adt = C.KIND_ADT
+    end = high - 8 * (header + 2)
+    if not low <= address <= end:
+        return None
+    k = (address - low) >> 3
+    if view[k] != kind_adt:
+        return None
+    elements = []
+    cons_tag = -1
+    limit = (high - low) >> 3       # a chain cannot be longer than the arena has words
+    while True:
+        tag, fields = view[k + 3], view[k + 2]
+        if tag != cons_tag:
+            con = constructors[tag]
+            if con.belong_to.name_hint != "List":
+                return None
+            if con.name_hint == "Nil" and fields == 0:
+                nil = con
+                break
+            if con.name_hint != "Cons" or fields != 2 or cons_tag != -1:
+                return None
+            cons, cons_tag = con, tag
+        elif fields != 2 or len(elements) > limit:
+            return None
+        elements.append(view[k + header])
+        addr = view[k + header + 1]
+        if not low <= addr <= end:
+            return None
+        k = (addr - low) >> 3
+        if view[k] != kind_adt:
+            return None
+    if not elements:
+        return ConstructorValue(nil, ())
+    first = elements[0]
+    if not low <= first <= high - 8 * (header + 8):
+        return None
+    k = (first - low) >> 3
+    kind_tensor, code, ndim = C.KIND_TENSOR, view[k + 2], view[k + 3]
+    if view[k] != kind_tensor or ndim > 8:
+        return None
+    dims = view[k + header:k + header + ndim].tolist()
+    dtype = _DTYPES[code]
+    nbytes = dtype.itemsize
+    for d in dims:
+        nbytes *= d
+    shape = tuple(dims)
+    top = high - nbytes
+    last = high - 8 * (header + 8)
+    offsets = []
+    for e in elements:
+        if not low <= e <= last:
+            return None
+        k = (e - low) >> 3
+        if view[k] != kind_tensor or view[k + 2] != code or view[k + 3] != ndim or \
+                (ndim and view[k + header:k + header + ndim].tolist() != dims):
+            return None
+        d = view[k + 1]
+        if not low <= d <= top:
+            return None
+        offsets.append(d - low)
+    data = np.array(offsets, np.int64)
+    index = data[:, None] + np.arange(nbytes, dtype=np.int64)
+    block = arena_bytes[index].view(dtype).reshape((len(elements),) + shape)
+    value = ConstructorValue(nil, ())
+    for i in range(len(elements) - 1, -1, -1):
+        value = ConstructorValue(cons, (block[i, ...], value))
+    return value
 
 
 class _NativeClosure:
