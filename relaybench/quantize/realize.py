@@ -204,7 +204,7 @@ def _quantize(cfg, call, args):
                          f"scales must be positive")
     n = args[0]
     if isinstance(n, QRealizeIntExpr):
-        out = _quantize_int(cfg, call, n, dom_scale, clip_min, clip_max)
+        out = _quantize_int(cfg, n, dom_scale, clip_min, clip_max)
         if cfg.store_lowbit_output and call.attrs.kind == QAnnotateKind.INPUT \
                 and out.dtype != cfg.dtype_input and out.dtype.startswith("int"):
             # stored in INPUT bits (the clip keeps it in range), fenced as the data of a layer is
@@ -221,7 +221,7 @@ def _quantize(cfg, call, args):
     return QRealizeIntExpr(rounded, dom_scale, "float32")
 
 
-def _quantize_int(cfg, call, n, dom_scale: float, clip_min: float, clip_max: float):
+def _quantize_int(cfg, n, dom_scale: float, clip_min: float, clip_max: float):
     """A simulated_quantize of an integer value: requantized to ``dom_scale`` and clipped."""
     data, dtype = n.data, n.dtype
     if not dtype.startswith("int"):             # a quantized float constant: make it integer
