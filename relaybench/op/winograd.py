@@ -221,9 +221,12 @@ def _weight_transform_reference(w, attrs):
     k = winograd_weight_transform_matrix(attrs.tile_size, kh)
     flat = np.ascontiguousarray(w).reshape(o * i, kh * kw)
     if w.dtype == np.float32:
-        u = np.matmul(k.astype(np.float32), flat.T)
-    else:
-        u = np.matmul(k, flat.T.astype(np.float64))
+        # written straight into an array of the result's shape, which owns its memory, so a
+        # folded constant can hold it without a copy (a reshaped view would be copied)
+        out = np.empty((alpha, alpha, o, i), np.float32)
+        np.matmul(k.astype(np.float32), flat.T, out=out.reshape(alpha * alpha, o * i))
+        return out
+    u = np.matmul(k, flat.T.astype(np.float64))
     return np.ascontiguousarray(u.reshape(alpha, alpha, o, i), dtype=w.dtype)
 
 
