@@ -480,7 +480,9 @@ def _as_module(mod) -> IRModule:
 
 def _pack_for_accel(mod: IRModule, target: Target) -> IRModule:
     """``mod`` through :func:`~relaybench.passes.graph_pack` with the design's batch and block,
-    unless it is packed already or has no int8 convolution to pack (it then runs on the CPU)."""
+    unless it is packed already or ``@main`` has no int8 convolution or dense layer to pack: then
+    the requantized dense layers of its other functions are packed
+    (:func:`_pack_dense_functions`), and whatever is not packed runs on the CPU."""
     from ..passes import InferType
     from ..passes.graph_pack import graph_pack
     config = target.accel_config()
@@ -525,7 +527,8 @@ def _pack_dense_functions(mod: IRModule, config) -> IRModule:
             continue
         try:
             packed = _pack_function(func, config.batch, config.block_out, None, None, None, None,
-                                    False, True, mod, name=gv.name_hint)
+                                    pack_int32_results=False, pack_dense=True, mod=mod,
+                                    name=gv.name_hint)
         except GraphPackError:
             continue     # left as it is: its groups run on the CPU
         mod = typed(mod.with_functions({**mod.functions, gv: packed}))

@@ -116,7 +116,7 @@ def captured_let_vars(body) -> set:
 
 def to_graph(body, effects: set):
     """``body`` with every pure, non-recursive let inlined into dataflow sharing, except those
-    whose variable a nested closure uses."""
+    whose variable only closures nested in the let's scope use."""
     memo: dict = {}
     keep: set = set()
     captured = captured_let_vars(body)
@@ -147,7 +147,7 @@ def to_graph(body, effects: set):
             var = node.var
             if var in memo or node.value in effects or var in captured:
                 # the value refers to its own variable (a recursive closure), has an effect, or
-                # a closure uses it
+                # only closures use it
                 keep.add(node)
                 memo.setdefault(var, var)
             else:
@@ -220,8 +220,9 @@ def _rebuild(node, memo):
 def ToGraphNormalForm(mod, ctx):
     """Inline every let whose value has no effect into dataflow sharing.
 
-    Lets of values with effects (reference operations, and calls that may perform them) and of
-    recursive closures stay. Pure lets whose variable is unused are dropped.
+    Lets of values with effects (reference operations, and calls that may perform them), of
+    recursive closures, and of values only closures use (inlined, they would be computed at each
+    call of the closure) stay. Pure lets whose variable is unused are dropped.
     """
     refs = _has_refs(mod)
     new = {}
