@@ -115,8 +115,11 @@ KNOBS: Mapping[str, Knob] = _table(
          "allow), vnni (vpdpbusd), avx512bw or avx2 (vpmaddwd on widened pairs), generic"),
     Knob("RB_GPU_CONV", "str", "auto",
          "how the OpenCL target schedules nn.conv2d (NCHW/OIHW float32, groups 1): direct (one "
-         "output per work item), tiled (work groups of output tiles, input and weight chunks "
-         "in local memory), auto (tiled where the shape suits it); the rule name in "
+         "output per work item), splitk (direct, the input channels cut in slices summed by a "
+         "second launch where the outputs are few), tiled (work groups of output tiles, input "
+         "and weight chunks in local memory), blocked (the same tiles read from device memory, "
+         "no local copies), auto (per layer: on a GPU tiled where the tiles fill the device, "
+         "splitk elsewhere; on a CPU device tiled where the shape suits it); the rule name in "
          "lib.profile() says which ran"),
     Knob("RB_WINOGRAD", "str", "auto",
          "Winograd convolution on llvm for float32 3x3 stride-1 convolutions (one group): auto "

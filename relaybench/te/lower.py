@@ -203,6 +203,7 @@ class _Lowering:
     def emit(self, op: ComputeOp, leaves, value, buffer, index, guards, kinds, inserts):
         """The loop nest over ``leaves`` storing ``value`` (a reduction's source) at ``index``."""
         body = op.body
+        inserts = _guard_inserts(leaves, guards, inserts)
         if not isinstance(body, Reduce):
             return self.nest(kinds, leaves, self.guard(guards, Store(buffer, index, value)),
                              inserts)
@@ -464,6 +465,42 @@ class _Lowering:
                     Barrier() if k == first_shared and not once else None))
             body = For(leaf, 0, leaf.extent, kinds.get(leaf, "serial"), body)
         return body
+
+
+def _guard_inserts(leaves, guards, inserts) -> dict:
+    """``inserts`` with each stage computed at a loop of the consumer put under the consumer's
+    guards (data splits that do not divide their extent) that the loops out to that one decide:
+    the consumer's iterations past the end read nothing, so their producers need not run, and
+    must not. Nests that fill ``shared`` buffers (or hold any barrier) stay unguarded: all the
+    work items of a group fill them together, between barriers, and their reads are guarded by
+    their own regions."""
+    data = [(kind, cond) for kind, cond in guards if kind == "data"]
+    if not data or not inserts:
+        return inserts
+    out, seen = {}, set()
+    for leaf in leaves:
+        seen.add(leaf)
+        items = inserts.get(leaf)
+        if not items:
+            continue
+        decided = [g for g in data if _free_vars(g[1]) <= seen]
+        out[leaf] = [(buffer, stmt if not decided or _synchronizes(buffer, stmt)
+                      else _Lowering.guard(decided, stmt)) for buffer, stmt in items]
+    return out
+
+
+def _synchronizes(buffer, stmt) -> bool:
+    """Whether ``buffer`` is ``shared`` or ``stmt`` holds a barrier or a ``shared`` buffer."""
+    if buffer.scope == "shared":
+        return True
+    stack = [stmt]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Barrier) or (isinstance(node, Allocate)
+                                          and node.buffer.scope == "shared"):
+            return True
+        map_children(node, lambda child: stack.append(child) or child)
+    return False
 
 
 class _RegionRewriter:

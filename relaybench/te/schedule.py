@@ -264,6 +264,19 @@ class Schedule:
             raise CompileError(f"schedule: {getattr(op, 'name', op)!r} is not computed for these "
                                "outputs") from None
 
+    def _replace(self, op, new) -> None:
+        """Make ``new`` compute what ``op`` computed (and what ``op`` stood for), then rebuild
+        the operations and stages reachable from the outputs (new ones get a fresh stage)."""
+        for original, now in list(self.replaced.items()):
+            if now is op:
+                self.replaced[original] = new
+        self.replaced[op] = new
+        self.ops = _post_order(self.outputs, self.op_of)
+        stages = {}
+        for each in self.ops:
+            stages[each] = self.stages.get(each) or Stage(each)
+        self.stages = stages
+
     def cache_write(self, tensor: Tensor) -> Tensor:
         """Compute ``tensor`` into a new stage ``<name>_local`` and make ``tensor`` a copy of it.
 
@@ -303,15 +316,7 @@ class Schedule:
         body = substitute(op.body, dict(zip(op.axis, fresh)))
         cache = ComputeOp(f"{op.name}_local", fresh, body, op.output.shape)
         copy = ComputeOp(op.name, op.axis, cache.output[tuple(op.axis)], op.output.shape)
-        for original, now in list(self.replaced.items()):
-            if now is op:
-                self.replaced[original] = copy
-        self.replaced[op] = copy
-        self.ops = _post_order(self.outputs, self.op_of)
-        stages = {}
-        for each in self.ops:
-            stages[each] = self.stages.get(each) or Stage(each)
-        self.stages = stages
+        self._replace(op, copy)
         return cache.output
 
 
@@ -396,16 +401,80 @@ class Schedule:
         value = combine(TensorLoad(prev, tuple(op.axis) + (const(0),), prev.dtype),
                         TensorLoad(prev, tuple(op.axis) + (const(1),), prev.dtype))
         final = ComputeOp(op.name, op.axis, value, op.output.shape)
-        for original, now in list(self.replaced.items()):
-            if now is op:
-                self.replaced[original] = final
-        self.replaced[op] = final
-        self.ops = _post_order(self.outputs, self.op_of)
-        stages = {}
-        for each in self.ops:
-            stages[each] = self.stages.get(each) or Stage(each)
-        self.stages = stages
+        self._replace(op, final)
         return [m.output for m in made]
+
+    def rfactor(self, tensor: Tensor, factor: int) -> Tensor:
+        """Split the reduction ``tensor`` in ``factor`` partial reductions over slices of its
+        first reduce axis, then reduce the partials (TVM's ``rfactor``, the split-K of a GPU
+        kernel whose outputs are too few to fill the device).
+
+        The new stage ``<name>_rf`` has one more data axis, first, of extent ``factor``: lane
+        ``t`` reduces the first reduce axis over its ``t``-th slice of ``ceil(extent / factor)``
+        elements (the lanes past the end start from the reduction's initial value), and every
+        other reduce axis whole. ``tensor`` becomes the reduction of ``<name>_rf`` over the
+        lanes. Returns the new stage's tensor, for the caller to place (computed at the root,
+        one work item per partial, its lanes the outermost so that neighbouring work items
+        read neighbouring addresses).
+
+        >>> from relaybench import te
+        >>> A = te.placeholder((2, 10), name="A")
+        >>> k = te.reduce_axis(10, name="k")
+        >>> S = te.compute((2,), lambda i: te.sum(A[i, k], axis=[k]), name="S")
+        >>> s = te.create_schedule(S)
+        >>> s.rfactor(S, 4).name
+        'S_rf'
+        >>> print(te.lower(s, [A], name="row_sum"))
+        def row_sum(A: Buffer((2, 10), "float32"), S: Buffer((2,), "float32")):
+            S_rf = allocate((4, 2), "float32")
+            for lane in serial(4):
+                for i_rf in serial(2):
+                    S_rf[lane, i_rf] = 0.0
+                    for k_inner in serial(3):
+                        S_rf[lane, i_rf] = S_rf[lane, i_rf] + select(lane * 3 + k_inner < 10, A[i_rf, lane * 3 + k_inner], 0.0)
+            for i in serial(2):
+                S[i] = 0.0
+                for lane_r in serial(4):
+                    S[i] = S[i] + S_rf[lane_r, i]
+        """
+        from relaybench.te.loop_ir import select, substitute
+        from relaybench.te.tensor import Reduce, TensorLoad
+
+        op = self.op_of(tensor)
+        stage = self[tensor]
+        factor = int(factor)
+        if not isinstance(op, ComputeOp) or not isinstance(op.body, Reduce) \
+                or not op.reduce_axis:
+            raise CompileError(f"schedule: rfactor of {op.name}: a reduction is needed")
+        if factor < 2:
+            raise CompileError(f"schedule: rfactor of {op.name}: the factor must be 2 or more, "
+                               f"got {factor}")
+        if stage.relations or stage.kinds or stage.attach or stage.inlined:
+            raise CompileError(f"schedule: rfactor of {op.name}: call it before scheduling the "
+                               "stage")
+        body = op.body
+        k, rest = op.reduce_axis[0], op.reduce_axis[1:]
+        chunk = -(-int(k.extent) // factor)
+        data = tuple(IterVar(f"{a.name}_rf", "int64", a.extent, "data") for a in op.axis)
+        lane = IterVar("lane", "int64", factor, "data")
+        inner = IterVar(f"{k.name}_inner", "int64", chunk, "reduce")
+        others = tuple(IterVar(a.name, "int64", a.extent, "reduce") for a in rest)
+        index = lane * chunk + inner
+        source = substitute(body.source, {**dict(zip(op.axis, data)), k: index,
+                                          **dict(zip(rest, others))})
+        if chunk * factor != int(k.extent):
+            source = select(index < k.extent, source, body.init)
+        partial = ComputeOp(f"{op.name}_rf", (lane,) + data,
+                            Reduce(body.combiner, source, (inner,) + others, body.init,
+                                   body.dtype),
+                            (factor,) + tuple(op.output.shape))
+        lanes = IterVar("lane_r", "int64", factor, "reduce")
+        value = TensorLoad(partial.output, (lanes,) + tuple(op.axis), body.dtype)
+        final = ComputeOp(op.name, op.axis,
+                          Reduce(body.combiner, value, (lanes,), body.init, body.dtype),
+                          op.output.shape)
+        self._replace(op, final)
+        return partial.output
 
     def cache_read(self, tensor: Tensor, scope: str, readers) -> Tensor:
         """A copy stage ``<name>_<scope>`` of ``tensor`` that ``readers`` (tensors or stages)

@@ -136,6 +136,46 @@ def test_tree_reduce_errors():
         s.tree_reduce(T, 6)
 
 
+@pytest.mark.parametrize("combiner", ["sum", "max"])
+@pytest.mark.parametrize("extent,factor", [(10, 4), (12, 3), (8, 8)])
+def test_rfactor_matches_numpy(combiner, extent, factor):
+    """Split-K over the first of two reduce axes: each lane a slice of ``k`` (the last one
+    partial when ``factor`` does not divide it) and all of ``j``; the lanes then reduced. The
+    partials are computed at the root, their lanes first, and bound as a GPU would."""
+    A = te.placeholder((3, extent, 5), name="A")
+    k, j = te.reduce_axis(extent, name="k"), te.reduce_axis(5, name="j")
+    reducer = getattr(te, combiner)
+    S = te.compute((3,), lambda i: reducer(A[i, k, j], axis=[k, j]), name="S")
+    s = te.create_schedule(S)
+    partial = s.rfactor(S, factor)
+    assert partial.shape == (factor, 3)
+    assert [a.name for a in s[partial].op.reduce_axis] == ["k_inner", "j"]
+    fused = s[partial].fuse(*s[partial].op.axis)
+    s[partial].bind(fused, "threadIdx.x")
+    s[S].bind(S.op.axis[0], "threadIdx.x")
+    func = te.lower(s, [A], name="split_k")
+    a = np.random.default_rng(5).uniform(-1, 1, (3, extent, 5)).astype("float32")
+    out = np.zeros(3, "float32")
+    te.evaluate(func, a, out)
+    want = {"sum": np.sum, "max": np.max}[combiner](a, axis=(1, 2))
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
+
+
+def test_rfactor_errors():
+    A = te.placeholder((3, 8), name="A")
+    k = te.reduce_axis(8, name="k")
+    S = te.compute((3,), lambda i: te.sum(A[i, k], axis=[k]), name="S")
+    T = te.compute((3, 8), lambda i, x: A[i, x] + 1.0, name="T")
+    s = te.create_schedule([S, T])
+    with pytest.raises(CompileError, match="rfactor of T: a reduction is needed"):
+        s.rfactor(T, 2)
+    with pytest.raises(CompileError, match="the factor must be 2 or more, got 1"):
+        s.rfactor(S, 1)
+    s[S].split(S.op.axis[0], 2)
+    with pytest.raises(CompileError, match="call it before scheduling the stage"):
+        s.rfactor(S, 2)
+
+
 def test_shared_tile_attached_inside_a_register_accumulator():
     """The GPU convolution's pattern on a matrix product: the accumulators ``y_local`` computed
     at the work item's loop (one element per work item, registers), and the tile of ``x``

@@ -46,6 +46,17 @@ How each construct is written:
   :func:`relaybench.ir.types.convert_values` (out of range and NaN give the smallest integer of
   the 32- or 64-bit conversion). Each is a small ``static inline`` helper emitted only when the
   kernel uses it.
+* **Index arithmetic in 32 bits.** The loop IR's indices are int64; a GPU does 64-bit integer
+  multiplication and division in several instructions each. Every loop's variable has an
+  interval (its begin and extent), and so has every index expression built from loop variables
+  and constants with ``+ - * // % min max`` and ``select`` on comparisons of such
+  (:class:`_Ranges`): where that interval and each of its parts' fit in int32, the expression
+  is written in
+  ``int`` (no overflow is possible), and ``//`` and ``%`` of a dividend that cannot be negative
+  by a positive constant are C's ``/`` and ``%`` (equal to floor division there) instead of the
+  helpers. Loop variables whose range fits are declared ``int``; a memory offset is written in
+  ``int`` when the flattened offset's bound fits too. Anything with a load, a cast or a size
+  variable keeps 64 bits.
 * **Selects.** ``select`` is C's ``?:`` and ``and``/``or`` are ``&&``/``||``: only the chosen
   side is evaluated, so a side not chosen may read out of bounds (padding does).
 * **Float64** needs the device's ``cl_khr_fp64`` and **float16** its ``cl_khr_fp16``; a kernel
@@ -65,10 +76,10 @@ How each construct is written:
 >>> print(code.text.split("__kernel")[1].strip())
 void relu(__global const float* restrict X, __global float* restrict Y) {
     {
-        const long i_outer = (long)get_group_id(0);
+        const int i_outer = (int)get_group_id(0);
         {
-            const long i_inner = (long)get_local_id(0);
-            Y[((i_outer * 32L) + i_inner)] = rb_max_float(X[((i_outer * 32L) + i_inner)], 0.0f);
+            const int i_inner = (int)get_local_id(0);
+            Y[((i_outer * 32) + i_inner)] = rb_max_float(X[((i_outer * 32) + i_inner)], 0.0f);
         }
     }
 }
@@ -114,14 +125,15 @@ tan asin acos atan sinh cosh asinh acosh atanh
 
 @dataclass(frozen=True)
 class DeviceFeatures:
-    """What the code generator needs to know of the device: its extensions, and the largest
-    work group (in total and per axis)."""
+    """What the code generator (and the GPU strategy) need to know of the device: its
+    extensions, the largest work group (in total and per axis) and its type."""
 
     name: str = "any OpenCL device"
     fp64: bool = True
     fp16: bool = False
     max_work_group_size: int = 1024
     max_work_item_sizes: tuple = (1024, 1024, 64)
+    kind: str = "gpu"    # the device's type: gpu, cpu or accelerator
 
 
 @dataclass
@@ -301,6 +313,95 @@ def _int_literal(value: int, dtype: str) -> str:
     return f"(({CTYPES[dtype]}){value})"
 
 
+_INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
+
+
+class _Ranges:
+    """Intervals ``(lo, hi)`` of int64 index expressions (see the module): loop variables get
+    theirs from :meth:`bind`; :meth:`of` gives an expression's, or None when it is unknown (a
+    load, a cast, a let or size variable, an operator it does not follow) or when it or any of
+    its parts leaves int32, so that a non-None answer means the whole expression can be
+    computed in ``int``."""
+
+    def __init__(self):
+        self.vars: dict = {}
+        self.memo: dict = {}   # id(expr) -> (expr, interval or None)
+
+    def bind(self, var, interval) -> None:
+        if self.vars.get(var) != interval:
+            if var in self.vars:
+                self.memo.clear()   # the variable of another loop before: answers may change
+            if interval is None:
+                self.vars.pop(var, None)
+            else:
+                self.vars[var] = interval
+
+    def of(self, e):
+        found = self.memo.get(id(e))
+        if found is not None and found[0] is e:
+            return found[1]
+        interval = self._of(e)
+        if interval is not None and (interval[0] < _INT32_MIN or interval[1] > _INT32_MAX):
+            interval = None
+        self.memo[id(e)] = (e, interval)
+        return interval
+
+    def predicate(self, e) -> bool:
+        """Whether the boolean ``e`` compares (and combines) int64 index expressions only."""
+        if isinstance(e, L.Binary):
+            if e.op in L.COMPARE_OPS:
+                return (e.a.dtype == "int64" and self.of(e.a) is not None
+                        and self.of(e.b) is not None)
+            if e.op in L.LOGICAL_OPS:
+                return self.predicate(e.a) and self.predicate(e.b)
+        if isinstance(e, L.Unary) and e.op == "not":
+            return self.predicate(e.a)
+        return False
+
+    def _of(self, e):
+        if e.dtype != "int64":
+            return None
+        if isinstance(e, L.IntImm):
+            return (int(e.value), int(e.value))
+        if isinstance(e, L.Var):
+            return self.vars.get(e)
+        if isinstance(e, L.Select):
+            if not self.predicate(e.cond):
+                return None
+            a, b = self.of(e.true_value), self.of(e.false_value)
+            return None if a is None or b is None else (min(a[0], b[0]), max(a[1], b[1]))
+        if not isinstance(e, L.Binary):
+            return None
+        a, b = self.of(e.a), self.of(e.b)
+        if a is None or b is None:
+            return None
+        op = e.op
+        if op == "+":
+            return (a[0] + b[0], a[1] + b[1])
+        if op == "-":
+            return (a[0] - b[1], a[1] - b[0])
+        if op == "*":
+            products = [x * y for x in a for y in b]
+            return (min(products), max(products))
+        if op == "min":
+            return (min(a[0], b[0]), min(a[1], b[1]))
+        if op == "max":
+            return (max(a[0], b[0]), max(a[1], b[1]))
+        if op in ("//", "%") and b[0] == b[1] and b[0] > 0:
+            c = b[0]
+            if op == "//":
+                return (a[0] // c, a[1] // c)
+            return a if a[0] >= 0 and a[1] < c else (0, c - 1)
+        return None
+
+    def non_negative_by_constant(self, e) -> bool:
+        """Whether the ``//`` or ``%`` ``e`` divides a dividend that cannot be negative by a
+        positive constant (C's ``/`` and ``%`` give the floor's answers there)."""
+        a = self.of(e.a)
+        return (a is not None and a[0] >= 0 and isinstance(e.b, L.IntImm)
+                and int(e.b.value) > 0)
+
+
 class _Helpers:
     """The ``static inline`` helper functions a program uses, each written once."""
 
@@ -388,6 +489,8 @@ class _Writer:
         self.kernel_name = self.ident(func)
         self.launch_buffers: dict = {}
         self.index_memo: dict = {}
+        self.ranges = _Ranges()
+        self.index_mode = False   # writing an index expression in int (see the module)
         self.expr_table = {
             L.IntImm: self._int, L.FloatImm: self._float, L.Var: self._var,
             L.Binary: self._binary, L.Unary: self._unary, L.Select: self._select,
@@ -500,10 +603,32 @@ class _Writer:
         for stmt in s.stmts:
             self.stmt(stmt)
 
+    def _loop_interval(self, s):
+        """The interval of the loop ``s``'s variable, or None (see :class:`_Ranges`)."""
+        if s.var.dtype != "int64" or not isinstance(s.extent, L.IntImm):
+            return None
+        begin = self.ranges.of(s.begin)
+        if begin is None:
+            return None
+        interval = (begin[0], begin[1] + max(int(s.extent.value), 1) - 1)
+        return interval if interval[1] < _INT32_MAX else None
+
+    def _index_text(self, e) -> str:
+        """``e`` written in ``int`` where its interval allows (see the module)."""
+        if self.index_mode or self.ranges.of(e) is None:
+            return self.expr(e)
+        self.index_mode = True
+        try:
+            return self.expr(e)
+        finally:
+            self.index_mode = False
+
     def _for(self, s):
         var = self.ident(s.var)
-        t = self.ctype(s.var.dtype)
-        begin = self.expr(s.begin)
+        interval = self._loop_interval(s)
+        self.ranges.bind(s.var, interval)
+        t = "int" if interval is not None else self.ctype(s.var.dtype)
+        begin = self._index_text(s.begin)
         if s.kind in L.THREAD_TAGS:
             axis = "xyz".index(s.kind[-1])
             thread = s.kind.startswith("threadIdx")
@@ -517,7 +642,7 @@ class _Writer:
                                        f"{outer.name}, and reads {outer.name} or runs once "
                                        "per work group")
             call = "get_local_id" if thread else "get_group_id"
-            offset = "" if begin == "0L" else f"{begin} + "
+            offset = "" if begin in ("0L", "0") else f"{begin} + "
             self.emit("{")
             self.indent += 1
             self.emit(f"const {t} {var} = {offset}({t}){call}({axis});")
@@ -542,8 +667,8 @@ class _Writer:
             return
         if s.kind == "unrolled":
             self.emit("#pragma unroll")
-        end = self.expr(s.begin + s.extent) if not isinstance(s.begin, L.IntImm) or \
-            s.begin.value else self.expr(s.extent)
+        end = self._index_text(s.begin + s.extent) if not isinstance(s.begin, L.IntImm) or \
+            s.begin.value else self._index_text(s.extent)
         self.emit(f"for ({t} {var} = {begin}; {var} < {end}; ++{var}) {{")
         self.indent += 1
         self.stmt(s.body)
@@ -628,6 +753,15 @@ class _Writer:
 
     # ---- expressions
     def expr(self, e) -> str:
+        if not self.index_mode and isinstance(e, (L.Binary, L.Select, L.Unary)):
+            if e.dtype == "int64" and self.ranges.of(e) is not None:
+                return f"((long){self._index_text(e)})"
+            if e.dtype == "bool" and self.ranges.predicate(e):
+                self.index_mode = True
+                try:
+                    return self.expr(e)
+                finally:
+                    self.index_mode = False
         handler = self.expr_table.get(type(e))
         if handler is None:  # a subclass (an IterVar is a Var)
             handler = next((self.expr_table[t] for t in type(e).__mro__
@@ -639,6 +773,8 @@ class _Writer:
 
     def _int(self, e):
         self.ctype(e.dtype)
+        if self.index_mode and e.dtype == "int64":
+            return _int_literal(int(e.value), "int32")
         return _int_literal(int(e.value), e.dtype)
 
     def _float(self, e):
@@ -650,7 +786,33 @@ class _Writer:
             raise CompileError(f"{self.where()}: variable {e.name} is used where it is not bound")
         return self.names[e]
 
+    def _narrow_offset(self, buffer, indices):
+        """The flat offset of ``buffer[indices]`` in ``int``, or None where its bound (or an
+        index's interval) is unknown or leaves int32."""
+        intervals = [self.ranges.of(i) for i in indices]
+        if not indices or any(r is None for r in intervals):
+            return None
+        if len(indices) == 1:
+            return self._index_text(indices[0])
+        shape = list(buffer.shape)
+        if len(shape) != len(indices) or not all(isinstance(d, (int, np.integer)) for d in shape):
+            return None
+        bound, stride = 0, 1
+        for (lo, hi), extent in reversed(list(zip(intervals, shape))):
+            bound += max(abs(lo), abs(hi)) * stride
+            stride *= int(extent)
+        if bound > _INT32_MAX:
+            return None
+        text = None
+        for index, extent in zip(indices, shape):
+            part = self._index_text(index)
+            text = part if text is None else f"({text} * {int(extent)} + {part})"
+        return text
+
     def offset(self, buffer, indices) -> str:
+        narrow = self._narrow_offset(buffer, indices)
+        if narrow is not None:
+            return narrow
         if len(indices) == 1:
             return self.expr(indices[0]) if indices[0].dtype == "int64" else \
                 f"(long)({self.expr(indices[0])})"
@@ -689,6 +851,15 @@ class _Writer:
                 return f"({a} && {b})"
             if op == "max":
                 return f"({a} || {b})"
+        elif self.index_mode and dtype == "int64":   # intervals known to fit int32
+            if op in ("+", "-", "*"):
+                return f"({a} {op} {b})"
+            if op in ("min", "max"):
+                return f"{op}({a}, {b})"
+            if op in ("//", "%"):
+                if self.ranges.non_negative_by_constant(e):
+                    return f"({a} {'/' if op == '//' else '%'} {b})"
+                return f"((int){self.helpers.floor_div_mod(op, dtype)}({a}, {b}))"
         else:
             if op in ("+", "-", "*"):
                 plain = dtype in ("uint32", "uint64") or (
@@ -697,8 +868,8 @@ class _Writer:
                     return f"({a} {op} {b})"
                 u = "uint" if _BITS[dtype] < 32 else _UNSIGNED[dtype]
                 return f"(({t})(({u}){a} {op} ({u}){b}))"
-            if op in ("min", "max"):
-                return f"{op}({a}, {b})"
+            if op in ("min", "max"):   # both sides long: a loop variable may be an int
+                return f"{op}(({t})({a}), ({t})({b}))"
             if op in ("//", "%"):
                 return f"{self.helpers.floor_div_mod(op, dtype)}({a}, {b})"
             if op in L.SHIFT_OPS:

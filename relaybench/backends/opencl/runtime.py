@@ -167,7 +167,8 @@ def get_device(target) -> Device:
             name=f"{device.name.strip()} ({device.platform.name.strip()})",
             fp64="cl_khr_fp64" in extensions, fp16="cl_khr_fp16" in extensions,
             max_work_group_size=int(device.max_work_group_size),
-            max_work_item_sizes=tuple(int(n) for n in device.max_work_item_sizes[:3]))
+            max_work_item_sizes=tuple(int(n) for n in device.max_work_item_sizes[:3]),
+            kind=_type_name(device))
         options = list(BUILD_OPTIONS)
         if device.single_fp_config & cl.device_fp_config.CORRECTLY_ROUNDED_DIVIDE_SQRT:
             options.append("-cl-fp32-correctly-rounded-divide-sqrt")

@@ -73,6 +73,21 @@ def test_tiled_group_has_local_tiles_barriers_and_registers(tiled):
     assert "float conv2d[16];" in source
 
 
+def test_blocked_convolutions_agree_with_the_interpreter(tiled, target):
+    """``RB_GPU_CONV=blocked``: the tiled schedule's work groups and register tiles without the
+    local copies; the same results, no ``__local`` array and no barrier in the program."""
+    _, inputs, expected = tiled
+    with config.Context(RB_GPU_CONV="blocked"):
+        lib = rb.build(CONVOLUTIONS, target=target, opt_level=3)
+    for value, want in zip(lib.run(**inputs), expected):
+        np.testing.assert_allclose(value, want, rtol=1e-4, atol=1e-4)
+    convs = [k for k in lib.kernels if "nn.conv2d" in k.ops]
+    assert len(convs) == 4 and all(k.rule == "conv2d_blocked" for k in convs)
+    source = lib.source("opencl", group="fused_nn_conv2d_expand_dims_add_nn_relu")
+    assert "__local" not in source and "barrier(" not in source
+    assert "float conv2d[16];" in source
+
+
 def test_resnet18_with_tiled_convolutions_agrees_with_the_interpreter(target):
     mod, params = rb.models.get("resnet18", image_shape=(3, 16, 16), num_classes=10)
     main = mod["main"]
@@ -90,11 +105,12 @@ def test_resnet18_with_tiled_convolutions_agrees_with_the_interpreter(target):
     assert convs and all(k.rule == "conv2d_tiled" for k in convs)
 
 
-def _rules(mod) -> list:
-    """The rule of each group, in the graph's order, lowered for the GPU (no device needed)."""
-    with rb.PassContext(opt_level=3, config={"relay.target": "opencl"}):
+def _rules(mod, target="opencl -device=cpu") -> list:
+    """The rule of each group, in the graph's order, lowered for ``target`` (no device
+    needed: the target names the device's type)."""
+    with rb.PassContext(opt_level=3, config={"relay.target": target}):
         fused = rb.passes.default_pipeline(3)(mod)
-    return [lower_primitive(node.function, "opencl").rule
+    return [lower_primitive(node.function, target).rule
             for node in extract_graph(fused["main"]).nodes]
 
 
@@ -114,6 +130,12 @@ def @main(%x: Tensor[(1, 16, 64, 64), float32], %w: Tensor[(64, 16, 3, 3), float
 }''')
 
 
+WIDE = rb.parse('''#[version = "0.0.5"]
+def @main(%x: Tensor[(1, 64, 112, 112), float32], %w: Tensor[(128, 64, 3, 3), float32]) {
+  nn.conv2d(%x, %w, padding=[1, 1, 1, 1], channels=128, kernel_size=[3, 3])
+}''')
+
+
 def test_the_knob_chooses_the_schedule():
     assert config.KNOBS["RB_GPU_CONV"].default == "auto"
     with config.Context(RB_GPU_CONV="direct"):
@@ -122,8 +144,14 @@ def test_the_knob_chooses_the_schedule():
         assert _rules(CONVOLUTIONS) == ["conv2d_tiled"] * 4
         # 5 output channels still tile; a depthwise convolution never does
         assert _rules(SMALL) == ["conv2d_tiled", "direct"]
+    with config.Context(RB_GPU_CONV="blocked"):
+        assert _rules(CONVOLUTIONS) == ["conv2d_blocked"] * 4
     with config.Context(RB_GPU_CONV="auto"):
-        # 64 x 64 pixels make 128 work groups of 32 channels x 8 x 8 pixels; 256 channels of
+        # on a GPU: 64 work groups are too few to tile, 256 x 14 x 14 outputs few enough to
+        # split the reduction (see conv_mode); 128 channels of 112 x 112 pixels tile
+        assert _rules(LARGE, "opencl -device=gpu") == ["direct", "direct_splitk"]
+        assert _rules(WIDE, "opencl -device=gpu") == ["conv2d_tiled"]
+        # on a CPU device, 64 x 64 pixels make 128 work groups of 32 channels x 8 x 8 pixels; 256 channels of
         # 14 x 14 pixels (ResNet-18's third stage) only 32, and the small tests' images fewer
         assert _rules(LARGE) == ["conv2d_tiled", "direct"]
         assert _rules(CONVOLUTIONS) == ["direct"] * 4

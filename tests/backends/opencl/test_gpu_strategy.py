@@ -9,6 +9,7 @@ import relaybench as rb
 from relaybench import te
 from relaybench.backends.graph_executor import extract_graph
 from relaybench.backends.lowering import lower_primitive
+from relaybench.backends.strategy import gpu
 
 PROGRAM = rb.parse('''#[version = "0.0.5"]
 def @main(%x: Tensor[(1, 3, 11, 11), float32], %w: Tensor[(5, 3, 3, 3), float32],
@@ -47,3 +48,66 @@ def test_gpu_schedules_stay_in_bounds(target):
     for name, rule in RULES.items():
         assert seen.get(name, rule) == rule
     assert ("fused_layout_transform" in seen) == (target == "llvm")
+
+
+BATCHED = rb.parse('''#[version = "0.0.5"]
+def @main(%x: Tensor[(2, 32, 5, 5), float32], %w: Tensor[(6, 32, 1, 1), float32],
+          %b: Tensor[(6), float32]) {
+  nn.relu(nn.bias_add(nn.conv2d(%x, %w, channels=6, kernel_size=[1, 1]), %b))
+}''')
+
+
+@pytest.mark.parametrize("mode,rule", [("direct", "direct"), ("splitk", "direct_splitk")])
+def test_convolution_past_the_last_output_reads_nothing(mode, rule, monkeypatch):
+    """300 outputs in work groups of 256: the 212 work items past the end compute nothing (the
+    accumulation computed at their loop sits under the store's guard, not only its reads under
+    their region's), and every access stays in bounds. ``splitk`` cuts the 32 input channels
+    in two slices of 16, partial sums in a stage of their own, then adds them in the
+    epilogue."""
+    # 32 multiply-adds per output: below the size split-K pays for on a GPU (see the next
+    # test), admitted here to keep the evaluated program small
+    monkeypatch.setattr(gpu, "SPLITK_MIN_REDUCTION", 32)
+    with rb.config.Context(RB_GPU_CONV=mode):
+        with rb.PassContext(opt_level=3, config={"relay.target": "opencl -device=gpu"}):
+            fused = rb.passes.default_pipeline(3)(BATCHED)
+        (node,) = extract_graph(fused["main"]).nodes
+        lowered = lower_primitive(node.function, "opencl -device=gpu")
+    assert lowered.rule == rule
+    text = str(lowered.prim_func)
+    guard = "i0_i1_fused_i2_fused_i3_fused_inner < 300:"
+    assert text.index(guard) < text.index("conv2d[0, 0, 0, 0] = 0.0")
+    rng = np.random.default_rng(1)
+    args = [rng.standard_normal(tuple(t.shape)).astype(t.dtype) for t in lowered.input_types]
+    out = np.zeros((2, 6, 5, 5), "float32")
+    te.evaluate(lowered.prim_func, *args, out)    # raises on an out-of-bounds access
+    want = rb.create_executor("interpreter", mod=BATCHED).evaluate()(*args)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4)
+    if mode == "splitk":
+        assert "conv2d_rf = allocate((2, 2, 6, 5, 5)" in str(lowered.prim_func)
+
+
+SPLIT_OR_NOT = rb.parse('''#[version = "0.0.5"]
+def @main(%a: Tensor[(1, 512, 7, 7), float32], %wa: Tensor[(512, 512, 3, 3), float32],
+          %b: Tensor[(1, 128, 28, 28), float32], %wb: Tensor[(128, 128, 3, 3), float32],
+          %c: Tensor[(1, 960, 7, 7), float32], %wc: Tensor[(160, 960, 1, 1), float32]) {
+  (nn.relu(nn.conv2d(%a, %wa, padding=[1, 1, 1, 1], channels=512, kernel_size=[3, 3])),
+   nn.relu(nn.conv2d(%b, %wb, padding=[1, 1, 1, 1], channels=128, kernel_size=[3, 3])),
+   nn.conv2d(%c, %wc, channels=160, kernel_size=[1, 1]))
+}''')
+
+
+def test_split_k_where_the_gpu_measurement_says():
+    """``RB_GPU_CONV=auto`` on a GPU is ``splitk``: ResNet-18's 512 channels of 7 x 7 split
+    in eight slices of 64 channels; 128 x 28 x 28 outputs are enough work items unsplit; a
+    1 x 1 layer of 960 multiply-adds per output would not repay its second launch. On a CPU
+    device ``auto`` keeps its own rule (no split)."""
+    def rules(target):
+        with rb.PassContext(opt_level=3, config={"relay.target": target}):
+            fused = rb.passes.default_pipeline(3)(SPLIT_OR_NOT)
+        return [lower_primitive(node.function, target) for node in
+                extract_graph(fused["main"]).nodes]
+    with rb.config.Context(RB_GPU_CONV="auto"):
+        lowered = rules("opencl -device=gpu")
+        assert [k.rule for k in lowered] == ["direct_splitk", "direct", "direct"]
+        assert "conv2d_rf = allocate((8, 1, 512, 7, 7)" in str(lowered[0].prim_func)
+        assert "direct_splitk" not in [k.rule for k in rules("opencl -device=cpu")]

@@ -219,6 +219,55 @@ def test_root_stages_are_separate_launches():
     assert "__global float* restrict M" in code.text
 
 
+def test_index_arithmetic_is_32_bit_where_it_fits(target):
+    """A row split in two and mirrored: the loop variables are ``int``, the index arithmetic
+    has no 64-bit literal, and the floor division and modulo of the fused axis (never negative,
+    by a positive constant) are C's ``/`` and ``%``; the result is numpy's."""
+    A = te.placeholder((6, 40), name="A")
+    Y = te.compute((6, 40), lambda i, j: A[i, 39 - j] * 2.0, name="Y")
+    s = te.create_schedule(Y)
+    fused = s[Y].fuse(*Y.op.axis)
+    block, thread = s[Y].split(fused, 16)
+    s[Y].bind(block, "blockIdx.x")
+    s[Y].bind(thread, "threadIdx.x")
+    func = te.lower(s, [A], name="mirror")
+    text = generate(func).text
+    kernel_text = text[text.index("__kernel"):]
+    assert "const int" in kernel_text and "long" not in kernel_text
+    assert "rb_floordiv" not in text and "rb_floormod" not in text
+    assert " / 40)" in kernel_text and " % 40)" in kernel_text
+    a = np.random.default_rng(3).standard_normal((6, 40)).astype("float32")
+    out = np.zeros((6, 40), "float32")
+    build_kernel(func, target)(a, out)
+    np.testing.assert_array_equal(out, a[:, ::-1] * 2)
+
+
+def test_index_values_beyond_int32_keep_64_bits(target):
+    """Values computed from indices: ``i * 10**9`` leaves int32 and stays 64-bit (8 values up
+    to 7e9); ``(i - 4) // 3`` and ``% 3`` of negative dividends stay floor division (numpy's
+    answers, not C's truncation) in ``int``."""
+    big = te.compute((8,), lambda i: i * 1_000_000_000, name="big")
+    s = te.create_schedule(big)
+    s[big].bind(big.op.axis[0], "threadIdx.x")
+    func = te.lower(s, [], name="big")
+    assert "1000000000L" in generate(func).text
+    out = np.zeros(8, "int64")
+    build_kernel(func, target)(out)
+    np.testing.assert_array_equal(out, np.arange(8, dtype="int64") * 1_000_000_000)
+
+    q = te.compute((8, 2), lambda i, k: te.if_then_else(k < 1, (i - 4) // 3, (i - 4) % 3),
+                   name="q")
+    s = te.create_schedule(q)
+    s[q].bind(q.op.axis[0], "threadIdx.x")
+    func = te.lower(s, [], name="floors")
+    text = generate(func).text
+    assert "(int)rb_floordiv_long" in text and "(int)rb_floormod_long" in text
+    out = np.zeros((8, 2), "int64")
+    build_kernel(func, target)(out)
+    i = np.arange(8, dtype="int64") - 4
+    np.testing.assert_array_equal(out, np.stack([i // 3, i % 3], axis=1))
+
+
 def _loop(var, kind, body, extent=8):
     return L.For(var, 0, extent, kind, body)
 
@@ -269,7 +318,7 @@ def test_store_outside_the_bound_loops_is_made_once():
                                              L.For(b, 0, 2, "blockIdx.x", inner)))
     text = generate(L.PrimFunc("once", (A,), body)).text
     assert "if (get_local_id(0) == 0) A[b] = 0.0f;" in text
-    assert "if (get_group_id(0) == 0 && get_local_id(0) == 0) A[7L] = 2.0f;" in text
+    assert "if (get_group_id(0) == 0 && get_local_id(0) == 0) A[7] = 2.0f;" in text
 
 
 def test_float64_needs_fp64():

@@ -115,7 +115,10 @@ def test_profile_gflops_are_flops_over_device_time(dense_lib):
     assert kernel.flops >= flops
     assert kernel.flops <= flops + M * N        # the ReLU's comparisons, at most
     gflops = kernel.flops / (row["ms/call"] * 1e-3) / 1e9
-    assert row["GFLOP/s"] == pytest.approx(gflops, rel=1e-3, abs=0.1)
+    # the row shows ms/call to 4 decimals: on a GPU (3 microseconds a call) that rounding
+    # alone moves the rate by 2%
+    rounding = 0.5e-4 / row["ms/call"]
+    assert row["GFLOP/s"] == pytest.approx(gflops, rel=max(1e-3, rounding), abs=0.1)
     total = profile.rows[-1]
     all_flops = sum(k.flops for k in dense_lib.kernels)
     assert total["GFLOP/s"] == pytest.approx(all_flops / (profile.total_ms * 1e-3) / 1e9,

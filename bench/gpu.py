@@ -1,7 +1,7 @@
 """A short correctness and timing check of the OpenCL target on a GPU machine.
 
-    python bench/gpu_check.py                       # opencl -device=gpu, 224x224 images
-    python bench/gpu_check.py --target "opencl -device=cpu" --small   # a smoke run on PoCL
+    python bench/gpu.py                       # opencl -device=gpu, 224x224 images
+    python bench/gpu.py --target "opencl -device=cpu" --small   # a smoke run on PoCL
 
 What it does, printing a short report:
 
@@ -23,12 +23,14 @@ What it does, printing a short report:
    with its event time and GFLOP/s, and the copies in and out.
 
 ``--conv direct,tiled`` builds each model once per convolution schedule (``RB_GPU_CONV``:
-``direct``, ``tiled`` or ``auto``), checks each build and times them in the same interleaved
+``direct``, ``splitk``, ``tiled``, ``blocked`` or ``auto``), checks each build and times them in the same interleaved
 blocks, so one run compares the schedules on the same device; the report has a row per model
-and schedule, and the profile's rule column says which schedule each group ran
-(``conv2d_tiled`` or ``direct``). The default is ``auto``, one build per model.
+and schedule, the profile's rule column says which schedule each group ran
+(``conv2d_tiled``, ``direct_splitk``, ...), and a table per model puts each convolution layer's time
+under every schedule side by side, with its shapes and the fastest. The default is ``auto``,
+one build per model.
 
-    python bench/gpu_check.py --conv direct,tiled --models resnet18 vgg16
+    python bench/gpu.py --conv direct,tiled --models resnet18 vgg16
 
 Exits 1 when any model mismatches or fails to build, 2 when no device matches the target. Needs
 numpy and pyopencl (and, optionally, torch); the relaybench tree is found next to this file.
@@ -135,6 +137,35 @@ def slowest_groups(profile, count: int) -> str:
     return f"{table}\n{getattr(profile, 'note', '')}".rstrip()
 
 
+def layer_table(libs: dict, profiles: dict) -> str:
+    """Each convolution group of a model timed under every schedule built (``--conv``), side by
+    side: its input and weight shapes, the ms per call of each schedule (its profiling events)
+    and which was fastest; the rows a per-layer rule for ``auto`` is read from."""
+    from relaybench.viz import Table
+    modes = list(profiles)
+    per_mode = {m: {r["group"]: r for r in profiles[m].groups} for m in modes}
+    first_lib = libs[modes[0]][0]
+    rows = []
+    for kernel in first_lib.kernels:
+        if "conv2d" not in kernel.name:
+            continue
+        types = kernel.input_types
+        shapes = [tuple(int(d) for d in t.shape) for t in types[:2]]
+        row = {"group": kernel.name, "data": "x".join(map(str, shapes[0])),
+               "weight": "x".join(map(str, shapes[1])) if len(shapes) > 1 else "",
+               "MFLOP": round(kernel.flops / 1e6, 1)}
+        times = {}
+        for mode in modes:
+            found = per_mode[mode].get(kernel.name)
+            if found is not None:
+                times[mode] = found["ms/call"]
+                row[f"{mode} ms"] = found["ms/call"]
+        if times:
+            row["best"] = min(times, key=times.get)
+        rows.append(row)
+    return str(Table(rows)) if rows else "(no convolution groups)"
+
+
 def conv_modes(text: str) -> list:
     """``--conv``'s value: RB_GPU_CONV values, comma-separated, each once."""
     from relaybench.backends.strategy.gpu import CONV_MODES
@@ -159,7 +190,7 @@ def main(argv=None) -> int:
                         help="print the N groups with the most device time (0: none)")
     parser.add_argument("--conv", default="auto", type=conv_modes,
                         help="convolution schedules to build and time, comma-separated "
-                             "(RB_GPU_CONV values: direct, tiled, auto)")
+                             "(RB_GPU_CONV values: direct, splitk, tiled, blocked, auto)")
     args = parser.parse_args(argv)
 
     print("== OpenCL")
@@ -181,7 +212,7 @@ def main(argv=None) -> int:
     else:
         print("torch not importable: checking against the interpreter only, no peer timing")
 
-    failures, rows = [], []
+    failures, rows, layers = [], [], {}
     for name in args.models:
         print(f"\n== {name}")
         mod, params, kwargs = model(name, args.small)
@@ -256,6 +287,7 @@ def main(argv=None) -> int:
                 dev_ms[mode].append(timed.device.median_ms)
             if torch_run is not None and cuda:
                 peer.append(time_block(torch_run, args.number))
+        profiles = {}
         for mode, (lib, _) in libs.items():
             row = (name, mode, float(np.median(e2e[mode])), float(np.median(dev_ms[mode])),
                    float(np.median(peer)) if peer else None)
@@ -263,8 +295,13 @@ def main(argv=None) -> int:
             print(f"conv {mode}: relaybench {row[2]:.2f} ms end to end, {row[3]:.2f} ms on the "
                   "device" + (f"; PyTorch eager CUDA {row[4]:.2f} ms" if row[4] is not None
                               else ""))
+            if args.profile > 0 or len(libs) > 1:
+                profiles[mode] = lib.profile(number=args.number)
             if args.profile > 0:
-                print(slowest_groups(lib.profile(number=args.number), args.profile))
+                print(slowest_groups(profiles[mode], args.profile))
+        if len(libs) > 1:
+            layers[name] = layer_table(libs, profiles)
+            print(f"per convolution layer, ms per call:\n{layers[name]}")
 
     print("\n== report")
     print(f"{'model':14s} {'conv':>7s} {'rb e2e ms':>10s} {'rb device ms':>14s} "
