@@ -100,6 +100,10 @@ KNOBS: Mapping[str, Knob] = _table(
          minimum=0),
     Knob("RB_CACHE_DIR", "path", "~/.cache/relaybench",
          "where compiled kernels are cached on disk"),
+    Knob("RB_OPENCL_BINARIES", "str", "auto",
+         "whether built OpenCL programs' binaries are kept in RB_CACHE_DIR: on, off, or auto "
+         "(every driver but PoCL, which keeps its own cache of compiled kernels and compiles "
+         "every kernel once more when asked for the binary)"),
     Knob("RB_NUM_THREADS", "int", 0,
          "threads for compiled CPU kernels; 0 means the number of cores", minimum=0),
     Knob("RB_AOT_STACK_MB", "int", 256,

@@ -10,7 +10,7 @@ event carries the device's own start and end times; :func:`event_seconds` reads 
 
 :func:`build_kernel` generates a PrimFunc's program (:mod:`.codegen`) and builds it once per
 device: in memory for this process, and on disk (:mod:`.cache`, the driver's binary) for the
-next one. The result, an :class:`OpenCLKernel`, is called like a CPU kernel with numpy arrays
+next one (``RB_OPENCL_BINARIES``: not for PoCL by default, whose own cache does it). The result, an :class:`OpenCLKernel`, is called like a CPU kernel with numpy arrays
 (checked, copied to the device, run, the outputs copied back), or bound once to device buffers
 (:meth:`OpenCLKernel.bind`, what the graph executor does) and then launched with no checks
 and no copies; a bound launch hands its events over when given a list to put them in, which is
@@ -179,6 +179,23 @@ def get_device(target) -> Device:
         return found
 
 
+POCL_PLATFORM = "Portable Computing Language"
+
+
+def _stores_binaries(device: Device) -> bool:
+    """``RB_OPENCL_BINARIES``: whether a program built from source is stored on disk. ``auto``
+    skips PoCL: it caches what it compiles by itself (``POCL_CACHE_DIR``), and asking it for a
+    program's binary compiles every kernel of the program once more (half a second or more per
+    program on a CPU, as long again as the build)."""
+    from ... import config
+    mode = config.get("RB_OPENCL_BINARIES").lower()
+    if mode not in ("auto", "on", "off"):
+        raise CompileError(f"RB_OPENCL_BINARIES={mode!r}: expected auto, on or off")
+    if mode == "auto":
+        return POCL_PLATFORM not in device.key
+    return mode == "on"
+
+
 def _build_program(device: Device, source: str, name: str):
     """``source`` built for ``device``: from this process's programs, the disk cache, or the
     driver's compiler (then stored in both)."""
@@ -209,12 +226,13 @@ def _build_program(device: Device, source: str, name: str):
                 raise CompileError(f"kernel {name}: the OpenCL compiler of {device.name} "
                                    f"failed:\n{err}") from None
             stats["compiled"] += 1
-            try:
-                binaries = program.get_info(cl.program_info.BINARIES)
-                if binaries and binaries[0]:
-                    _disk.store(key, bytes(binaries[0]))
-            except (cl.Error, OSError):  # a driver without binaries, a read-only cache
-                pass
+            if _stores_binaries(device):
+                try:
+                    binaries = program.get_info(cl.program_info.BINARIES)
+                    if binaries and binaries[0]:
+                        _disk.store(key, bytes(binaries[0]))
+                except (cl.Error, OSError):  # a driver without binaries, a read-only cache
+                    pass
     with _lock:
         _programs[memo_key] = program
     return program

@@ -254,7 +254,7 @@ def test_program_cache_on_disk(target, tmp_path):
         kernel(x, out)
         np.testing.assert_array_equal(out, x * 7 + 0.25)
 
-    with config.Context(RB_CACHE_DIR=str(tmp_path)):
+    with config.Context(RB_CACHE_DIR=str(tmp_path), RB_OPENCL_BINARIES="on"):
         before = dict(runtime.stats)
         fresh_build()
         entries = list((tmp_path / "opencl").glob("*.rbcl"))
@@ -266,6 +266,32 @@ def test_program_cache_on_disk(target, tmp_path):
         fresh_build()
         assert runtime.stats["compiled"] == before["compiled"] + 2
         assert "binary of" in runtime._disk.last_damage
+
+
+def test_binaries_kept_by_the_knob(target, tmp_path):
+    """``RB_OPENCL_BINARIES``: ``off`` keeps nothing on disk; ``auto`` keeps the binary for
+    every driver but PoCL (which caches by itself, and compiles again when asked for it); an
+    unknown value is an error naming the knob."""
+    from relaybench import te
+    from relaybench.backends.opencl import build_kernel, get_device, runtime
+    X = te.placeholder((8,), name="X")
+    Y = te.compute((8,), lambda i: X[i] * 3.0 - 0.5, name="Y")
+    s = te.create_schedule(Y)
+    s[Y].bind(Y.op.axis[0], "threadIdx.x")
+    func = te.lower(s, [X], name="binary_probe")
+    pocl = runtime.POCL_PLATFORM in get_device(target).key
+    for mode, kept in (("off", False), ("auto", not pocl)):
+        folder = tmp_path / mode
+        with config.Context(RB_CACHE_DIR=str(folder), RB_OPENCL_BINARIES=mode):
+            runtime._programs.clear()
+            out = np.zeros(8, "float32")
+            build_kernel(func, target)(np.arange(8, dtype="float32"), out)
+        np.testing.assert_array_equal(out, np.arange(8) * 3 - 0.5)
+        assert bool(list(folder.glob("opencl/*.rbcl"))) == kept, mode
+    with config.Context(RB_CACHE_DIR=str(tmp_path / "bad"), RB_OPENCL_BINARIES="always"):
+        runtime._programs.clear()
+        with pytest.raises(CompileError, match="RB_OPENCL_BINARIES='always': expected auto"):
+            build_kernel(func, target)
 
 
 def test_host_kernel_between_device_kernels(target, monkeypatch):
