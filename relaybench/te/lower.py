@@ -203,7 +203,7 @@ class _Lowering:
     def emit(self, op: ComputeOp, leaves, value, buffer, index, guards, kinds, inserts):
         """The loop nest over ``leaves`` storing ``value`` (a reduction's source) at ``index``."""
         body = op.body
-        inserts = _guard_inserts(leaves, guards, inserts)
+        inserts = _guard_inserts(leaves, guards, inserts, kinds)
         if not isinstance(body, Reduce):
             return self.nest(kinds, leaves, self.guard(guards, Store(buffer, index, value)),
                              inserts)
@@ -467,16 +467,18 @@ class _Lowering:
         return body
 
 
-def _guard_inserts(leaves, guards, inserts) -> dict:
+def _guard_inserts(leaves, guards, inserts, kinds) -> dict:
     """``inserts`` with each stage computed at a loop of the consumer put under the consumer's
     guards (data splits that do not divide their extent) that the loops out to that one decide:
-    the consumer's iterations past the end read nothing, so their producers need not run, and
-    must not. Nests that fill ``shared`` buffers (or hold any barrier) stay unguarded: all the
-    work items of a group fill them together, between barriers, and their reads are guarded by
-    their own regions."""
+    the consumer's iterations past the end read nothing, so their producers need not run (on
+    a GPU, the work items past the end of a launch; loop nests with no loop bound to the GPU's
+    axes are left as they were). Nests that fill ``shared`` buffers (or hold any barrier) stay
+    unguarded: all the work items of a group fill them together, between barriers, and their
+    reads are guarded by their own regions."""
     data = [(kind, cond) for kind, cond in guards if kind == "data"]
-    if not data or not inserts:
-        return inserts
+    if not data or not inserts or not any(str(kinds.get(leaf, "")).startswith(
+            ("threadIdx", "blockIdx")) for leaf in leaves):
+        return inserts    # CPU loop nests keep their code as it was
     out, seen = {}, set()
     for leaf in leaves:
         seen.add(leaf)
