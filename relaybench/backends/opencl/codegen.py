@@ -51,10 +51,9 @@ How each construct is written:
   interval (its begin and extent), and so has every index expression built from loop variables
   and constants with ``+ - * // % min max`` and ``select`` on comparisons of such
   (:class:`_Ranges`): where that interval and each of its parts' fit in int32, the expression
-  is written in
-  ``int`` (no overflow is possible), and ``//`` and ``%`` of a dividend that cannot be negative
-  by a positive constant are C's ``/`` and ``%`` (equal to floor division there) instead of the
-  helpers. Loop variables whose range fits are declared ``int``; a memory offset is written in
+  is written in ``int`` (no overflow is possible), and ``//`` and ``%`` of a dividend that
+  cannot be negative by a positive constant are C's ``/`` and ``%`` (equal to floor division
+  there) instead of the helpers. Loop variables whose range fits are declared ``int``; a memory offset is written in
   ``int`` when the flattened offset's bound fits too. Anything with a load, a cast or a size
   variable keeps 64 bits.
 * **Selects.** ``select`` is C's ``?:`` and ``and``/``or`` are ``&&``/``||``: only the chosen
