@@ -49,14 +49,14 @@ chromium: venv
 lab: venv
 	$(VENV)/bin/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.root_dir=notebooks --no-browser $(LAB_FLAGS)
 
-# Both steps always run; the target fails if either fails. The notebook step
-# runs in its own pytest call (no xdist) and accepts exit status 5 (no notebooks
-# collected); the unit-test step does not.
+# Both steps always run; the target fails if either fails. The notebook step runs in its own
+# pytest call (two workers, each notebook whole on one of them, --dist loadfile) and accepts
+# exit status 5 (no notebooks collected); the unit-test step does not.
 test: venv chromium
 	@status=0; \
-	$(PY) -m pytest -q -n 2 tests && $(PY) -m pytest -q --doctest-modules relaybench || status=1; \
+	$(PY) -m pytest -q -n 2 tests && $(PY) -m pytest -q -n 2 --doctest-modules relaybench || status=1; \
 	rc=0; \
-	$(PY) -m pytest -q --nbval-lax --nbval-current-env \
+	$(PY) -m pytest -q -n 2 --dist loadfile --nbval-lax --nbval-current-env \
 	    --nbval-sanitize-with notebooks/sanitize.cfg notebooks/ || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "notebooks: none collected"; \
 	elif [ $$rc -ne 0 ]; then status=1; fi; \

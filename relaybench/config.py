@@ -129,6 +129,9 @@ KNOBS: Mapping[str, Knob] = _table(
          "Winograd convolution on llvm for float32 3x3 stride-1 convolutions (one group): auto "
          "(where the layout rule expects it to win), on (every such convolution, tile size by "
          "the rule), 2 or 4 (every one, F(2x2,3x3) or F(4x4,3x3)), off (never)"),
+    Knob("RB_LOWERING_CACHE", "str", "on",
+         "on: a build whose kernels are cached skips lowering their groups, reading each one's "
+         "manifest from memory or RB_CACHE_DIR/groups (llvm); off: every group is lowered"),
     Knob("RB_AUTOTUNE_LOG", "str", "shipped",
          "a tuning log (JSON lines, relaybench.autotune) whose best config per workload every "
          "llvm build uses, as inside apply_history_best; 'shipped' for the logs shipped with "

@@ -95,8 +95,8 @@ def apply_history_best(log) -> ApplyHistoryBest:
 _knob_logs: dict = {}
 
 
-def _knob_context():
-    """The context of the log ``RB_AUTOTUNE_LOG`` names (re-read when the file changes)."""
+def _knob_logs_stamp():
+    """``(RB_AUTOTUNE_LOG, its files' paths and modification times)``, or None when unset."""
     from .. import config
     path = str(config.get("RB_AUTOTUNE_LOG") or "").strip()
     if not path:
@@ -106,7 +106,16 @@ def _knob_context():
         paths = shipped_logs()
     else:
         paths = [Path(path).expanduser()]
-    stamp = tuple((str(p), p.stat().st_mtime_ns if p.exists() else 0) for p in paths)
+    return path, tuple((str(p), p.stat().st_mtime_ns if p.exists() else 0) for p in paths)
+
+
+def _knob_context():
+    """The context of the log ``RB_AUTOTUNE_LOG`` names (re-read when the file changes)."""
+    found = _knob_logs_stamp()
+    if found is None:
+        return None
+    path, stamp = found
+    paths = [Path(p) for p, _ in stamp]
     cached = _knob_logs.get(path)
     if cached is None or cached[0] != stamp:
         existing = [p for p in paths if p.exists()]

@@ -55,7 +55,9 @@ class CompileStats:
 
     ``llvm_compiled`` counts modules LLVM compiled in this build (``opencl_compiled`` the
     OpenCL programs the driver compiled), ``from_disk`` those read back from the kernel cache
-    (``RB_CACHE_DIR``), ``from_memory`` those this process had compiled already.
+    (``RB_CACHE_DIR``), ``from_memory`` those this process had compiled already;
+    ``lowerings_cached`` the groups that were not lowered, their lowering read from the lowering
+    cache (:mod:`.group_cache`).
     """
 
     optimize_seconds: float = 0.0
@@ -68,6 +70,7 @@ class CompileStats:
     llvm_compiled: int = 0
     from_disk: int = 0
     from_memory: int = 0
+    lowerings_cached: int = 0  # groups whose lowering came from the lowering cache
     opencl_compiled: int = 0
     accel_kernels: int = 0     # groups run on the simulated accelerator
     cpu_reasons: dict = field(default_factory=dict)   # accel target: group -> why on the CPU
@@ -79,7 +82,9 @@ class CompileStats:
                 f"{self.total_seconds:.2f} s; LLVM compiled {self.llvm_compiled}, "
                 + (f"OpenCL compiled {self.opencl_compiled}, " if self.opencl_compiled else "")
                 + (f"on the accelerator {self.accel_kernels}, " if self.accel_kernels else "")
-                + f"from the disk cache {self.from_disk}, from memory {self.from_memory})")
+                + f"from the disk cache {self.from_disk}, from memory {self.from_memory}"
+                + (f"; {self.lowerings_cached} lowerings cached" if self.lowerings_cached else "")
+                + ")")
 
 
 class HostKernel:
@@ -305,7 +310,8 @@ def compile_groups(functions: Iterable[Function], target=None, stats: CompileSta
     by_identity: dict = {}
     by_hash: dict = {}
     names: dict = {}
-    pending: list = []   # [(func, name, its GroupKernel or the lowering to generate code for)]
+    pending: list = []   # [func, name, its GroupKernel or the lowering to generate code for,
+    #                       its lowering cache key or None]
     for func in functions:
         if func in by_identity:
             continue
@@ -317,19 +323,102 @@ def compile_groups(functions: Iterable[Function], target=None, stats: CompileSta
             count = names.get(base, 0)
             names[base] = count + 1
             name = base if count == 0 else f"{base}_{count}"
-            found = [func, name, _lower_one(func, name, target, stats)]
+            cache_key = _group_cache_key(func, name, target)
+            kernel = _from_group_cache(func, name, target, cache_key, stats)
+            found = [func, name, kernel or _lower_one(func, name, target, stats), cache_key]
             pending.append(found)
             bucket.append((func, found))
         by_identity[func] = found
     # every group lowered: the code generator may compile the kernels on several cores at once
     plans = _prefetch(pending, stats)
     for entry in pending:
-        func, name, lowered = entry
+        func, name, lowered, cache_key = entry
         if not isinstance(lowered, GroupKernel):
             plan, ahead = plans.get(id(lowered[0].prim_func), (None, 0.0))
             lowered = _generate_one(func, name, lowered, stats, num_threads, plan, ahead)
+            if cache_key is not None:
+                _to_group_cache(cache_key, lowered)
         entry[2] = lowered
     return {func: entry[2] for func, entry in by_identity.items()}
+
+
+def _group_cache_key(func: Function, name: str, target: Target):
+    from .group_cache import group_key
+    return group_key(func, name, target)
+
+
+def _types_of(manifest_types: list) -> list:
+    return [TensorType(tuple(shape), dtype) for shape, dtype in manifest_types]
+
+
+def _from_group_cache(func: Function, name: str, target: Target, cache_key, stats: CompileStats):
+    """The group's GroupKernel made from its manifest in the lowering cache and its object code
+    in the kernel cache (see :mod:`.group_cache`), or None when either is missing."""
+    if cache_key is None:
+        return None
+    from .group_cache import get_group_cache
+    from .llvm.codegen import kernel_from_manifest
+    from .lowering import DeferredLowering, _op_names, group_constants
+    t0 = time.perf_counter()
+    manifest = get_group_cache().load(cache_key)
+    if manifest is None:
+        return None
+    constants = group_constants(func)
+    inputs, outputs = _types_of(manifest["inputs"]), _types_of(manifest["outputs"])
+    if len(inputs) + len(constants) + len(outputs) != len(manifest["kernel"]["params"]):
+        return None
+    from .. import config
+    from .group_cache import LOWERING_KNOBS
+    knobs = {k: config.get(k) for k in LOWERING_KNOBS}
+
+    def relower():
+        from .llvm.codegen import KernelPlan
+        from .llvm.cache import cache_key as llvm_key
+        from .llvm.jit import host_target
+        with config.Context(**knobs):
+            prim_func = _lower_one(func, name, target, CompileStats())[0].prim_func
+        if llvm_key(KernelPlan(prim_func).key_text, host_target().identity) != \
+                manifest["kernel"]["digest"]:
+            import warnings
+            warnings.warn(f"fused group {name}: the loop IR lowered again differs from the one "
+                          "its cached kernel was compiled from (a stale entry of the lowering "
+                          "cache under RB_CACHE_DIR/groups; RB_LOWERING_CACHE=off bypasses it)",
+                          stacklevel=3)
+        return prim_func
+
+    lowered = DeferredLowering(relower, name=name, input_types=inputs, output_types=outputs,
+                               constants=constants, anchor=manifest["anchor"],
+                               pattern=manifest["pattern"], ops=_op_names(func),
+                               flops=manifest["flops"], rule=manifest["rule"])
+    t1 = time.perf_counter()
+    jit_before = _jit_stats()
+    compiled = kernel_from_manifest(manifest["kernel"], name, lambda: lowered.prim_func)
+    if compiled is None:
+        return None
+    t2 = time.perf_counter()
+    stats.lower_seconds += t1 - t0
+    stats.compile_seconds += t2 - t1
+    stats.lowerings_cached += 1
+    from .graph_executor import contiguous
+    kernel = GroupKernel(name, func, lowered, compiled, lower_seconds=t1 - t0,
+                         compile_seconds=t2 - t1, constants=[contiguous(c) for c in constants])
+    jit_after = _jit_stats()
+    kernel.cache_origin = ("disk" if jit_after.get("from_disk", 0) > jit_before.get("from_disk", 0)
+                           else "memory")
+    return kernel
+
+
+def _to_group_cache(cache_key: str, kernel: GroupKernel) -> None:
+    manifest = getattr(kernel.compiled, "manifest", None)
+    if manifest is None or kernel.host:
+        return
+    from .group_cache import get_group_cache
+    lowered = kernel.lowered
+    get_group_cache().store(cache_key, {
+        "inputs": [[list(t.shape), t.dtype] for t in lowered.input_types],
+        "outputs": [[list(t.shape), t.dtype] for t in lowered.output_types],
+        "anchor": lowered.anchor, "pattern": lowered.pattern, "flops": int(lowered.flops),
+        "rule": lowered.rule, "kernel": manifest})
 
 
 def _llvm_prefetch(prim_funcs: list) -> dict:
@@ -366,7 +455,7 @@ CODE_PREFETCHERS = {"llvm": _llvm_prefetch}
 
 def _prefetch(pending: list, stats: CompileStats) -> dict:
     by_kind: dict = {}
-    for _, _, lowered in pending:
+    for _, _, lowered, _ in pending:
         if not isinstance(lowered, GroupKernel):
             by_kind.setdefault(lowered[2].kind, []).append(lowered[0].prim_func)
     plans: dict = {}

@@ -46,8 +46,8 @@ from ..op.registry import get_op_attr, op_attr_registrations
 from ..te.loop_ir import PrimFunc
 from .target import Target
 
-__all__ = ["LoweredFunc", "GroupInfo", "lower_primitive", "group_name", "flatten_type",
-           "anchor_flops"]
+__all__ = ["LoweredFunc", "DeferredLowering", "GroupInfo", "lower_primitive", "group_name",
+           "group_constants", "flatten_type", "anchor_flops"]
 
 
 @dataclass
@@ -76,6 +76,39 @@ class LoweredFunc:
     def _repr_html_(self) -> str:
         from ..viz.html import html
         return html(self)
+
+
+class DeferredLowering(LoweredFunc):
+    """A lowering known from the lowering cache (:mod:`.group_cache`): every field but the loop
+    IR, which ``relower()`` makes on first use of ``prim_func``."""
+
+    def __init__(self, relower, **fields):
+        self._relower = relower
+        self._prim = None
+        super().__init__(prim_func=None, **fields)
+
+    @property
+    def prim_func(self) -> PrimFunc:
+        if self._prim is None:
+            self._prim = self._relower()
+        return self._prim
+
+    @prim_func.setter
+    def prim_func(self, value) -> None:
+        if value is not None:
+            self._prim = value
+
+
+def group_constants(func: Function) -> list:
+    """The data of the group's constants of rank 1 or more, in the order
+    :func:`lower_primitive` makes them kernel arguments (``LoweredFunc.constants``)."""
+    out = []
+    for node in post_order(func.body):
+        if isinstance(node, Constant):
+            data = np.asarray(node.data)
+            if data.ndim > 0:
+                out.append(data)
+    return out
 
 
 @dataclass

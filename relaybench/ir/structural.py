@@ -710,12 +710,16 @@ def assert_structural_equal(lhs, rhs, map_free_vars: bool = False) -> None:
         raise AssertionError(diff.message())
 
 
-def structural_hash(value, map_free_vars: bool = False) -> int:
+def structural_hash(value, map_free_vars: bool = False, constant_data: bool = True) -> int:
     """A 64-bit hash consistent with :func:`structural_equal` (equal values hash alike).
 
     Bound variables hash by their binding order, free variables by identity (by first-occurrence
     order with ``map_free_vars``), constants by content. Deterministic within a process; a
     program without free variables hashes the same in every process.
+
+    ``constant_data=False`` hashes a constant of rank 1 or more by its dtype and shape only
+    (scalars still by value): the hash of what a compiled kernel depends on, since such constants
+    reach a kernel as arguments while scalars are written into its code.
     """
     tokens: list = []
     emit = tokens.append
@@ -750,6 +754,9 @@ def structural_hash(value, map_free_vars: bool = False) -> int:
                 graph_index[x] = len(graph_index)
             if cls is TensorType:
                 emit(("TensorType", x.dtype) + tuple(d if isinstance(d, int) else format_dim(d) for d in x.shape))
+                continue
+            if not constant_data and cls is Constant and x.data.ndim > 0:
+                emit(("Constant", x.data.dtype.str, x.data.shape))
                 continue
             key, children = _describe(x)
             # keys hold plain values whose repr is canonical, except a relation's function

@@ -99,6 +99,7 @@ from ..ir.attrs import Attrs, freeze_value
 
 __all__ = ["OpPattern", "OpDef", "OpCaller", "register", "register_op", "get_opdef", "lookup_opdef",
            "list_ops", "table", "register_op_attr", "get_op_attr", "op_attr_registrations",
+           "has_user_registrations",
            "attr_scope", "OpAttrContext", "register_pattern", "register_compute",
            "register_infer_correct_layout", "register_alter_op_layout", "register_convert_op_layout",
            "register_legalize", "register_shape_func"]
@@ -391,6 +392,13 @@ def _unregister(reg: _Registration) -> None:
         entries.remove(reg)
         if not entries:
             del _ATTRS[(reg.op, reg.key)]
+
+
+def has_user_registrations(keys=("FTVMCompute", "TOpPattern")) -> bool:
+    """Whether any operator has a registration above level 0 (a user's) of one of ``keys``:
+    what a kernel's lowering reads, so the lowering cache steps aside while one exists."""
+    return any(e.level > 0 for (_, key), entries in _ATTRS.items() if key in keys
+               for e in entries)
 
 
 def get_op_attr(op_name, key: str, target=None, default: Any = None) -> Any:

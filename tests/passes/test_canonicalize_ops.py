@@ -1,5 +1,5 @@
 """CanonicalizeOps: before/expected programs, the interpreter before and after, the zoo, and a
-100,000-op chain."""
+20,000-op chain."""
 
 import doctest
 
@@ -124,16 +124,22 @@ def test_zoo_bias_adds_go_and_outputs_match():
     np.testing.assert_allclose(run(bound_after, data), run(bound_before, data), rtol=1e-4, atol=1e-6)
 
 
-def test_100k_op_chain():
+# Deep enough that any recursion on program depth fails (Python stops at 1,000 frames);
+# tests/test_scale.py takes 100,000 operators through the whole pipeline.
+DEEP = 20_000
+
+
+def test_deep_op_chain():
     x = rb.var("x", shape=(1, 2, 2))
     b = rb.var("b", shape=(2,))
     bias_add, relu, add = rb.Op.get("nn.bias_add"), rb.Op.get("nn.relu"), rb.Op.get("add")
     y = e = x
-    for i in range(100_000):
+    for i in range(DEEP):
         if i % 10:
             y, e = rb.Call(relu, (y,)), rb.Call(relu, (e,))
         else:
             y, e = rb.Call(bias_add, (y, b)), rb.Call(add, (e, op.expand_dims(b, axis=1)))
     after = canonicalize(rb.IRModule.from_expr(rb.Function([x, b], y)))
-    assert op_histogram(after) == {"nn.relu": 90_000, "add": 10_000, "expand_dims": 10_000}
+    assert op_histogram(after) == {"nn.relu": DEEP * 9 // 10, "add": DEEP // 10,
+                                     "expand_dims": DEEP // 10}
     assert_structural_equal(run_infer_type(after), run_infer_type(rb.IRModule.from_expr(rb.Function([x, b], e))), map_free_vars=True)

@@ -128,7 +128,8 @@ from .compile_worker import NO_SLP
 from .jit import compile_module, host_target, int8_path, prefer_vector_width
 from .runtime import Kernel, PhasedKernel, Phase, TensorSpec
 
-__all__ = ["build_kernel", "CompiledKernel", "KernelPlan", "compile_ahead", "STACK_LIMIT_BYTES",
+__all__ = ["build_kernel", "CompiledKernel", "KernelPlan", "compile_ahead", "kernel_from_manifest",
+           "STACK_LIMIT_BYTES",
            "UNROLL_LIMIT", "VECTOR_LANES_LIMIT"]
 
 STACK_LIMIT_BYTES = 64 * 1024
@@ -1971,12 +1972,21 @@ class CompiledKernel:
     function was compiled in phases (``phased``; see :func:`build_kernel`).
     """
 
-    def __init__(self, func: L.PrimFunc, compiled, kernel: Kernel, key_text: str):
-        self.func = func
-        self.name = func.name
+    def __init__(self, func, compiled, kernel: Kernel, key_text: str | None,
+                 name: str | None = None):
+        self._func = func        # the PrimFunc, or a function of no arguments making it
+        self.name = name if name is not None else func.name
         self.compiled_module = compiled
         self.kernel = kernel
         self._key_text = key_text
+
+    @property
+    def func(self) -> L.PrimFunc:
+        """The kernel's loop IR (lowered again on first use for a kernel made from a manifest:
+        :func:`kernel_from_manifest`)."""
+        if not isinstance(self._func, L.PrimFunc):
+            self._func = self._func()
+        return self._func
 
     @property
     def parallel_extent(self):
@@ -2151,29 +2161,55 @@ def build_kernel(func: L.PrimFunc, parallel: bool = True, *,
     if plan is None or plan.func is not func or plan.parallel != parallel:
         plan = KernelPlan(func, parallel)
     phases, builders, temporaries = plan.phases, plan.builders, plan.temporaries
-    key_text, generate = plan.key_text, plan.generate
-    compiled = compile_module(generate, key=key_text, name=func.name, cache=cache)
+    compiled = compile_module(plan.generate, key=plan.key_text, name=func.name, cache=cache)
     stored = _stored_buffers(func.body)
     # a symbolic extent accepts any size here; the caller checks it against the sizes it passes
-    specs = [TensorSpec(b.name, tuple(d if isinstance(d, int) else None for d in b.shape), b.dtype,
-                        output=b in stored) for b in func.params]
+    manifest = {
+        "digest": compiled.key,
+        "params": [[b.name, [d if isinstance(d, int) else None for d in b.shape], b.dtype,
+                    b in stored] for b in func.params],
+        "phases": [[builder.fn.name, None if builder.parallel_loop is None
+                    else _parallel_extent(func, builder.parallel_loop)] for builder in builders],
+        "temporaries": None if phases is None else [[b.name, list(b.shape), b.dtype]
+                                                     for b in temporaries],
+    }
+    kernel = _kernel_of(func.name, compiled, manifest, num_threads)
+    result = CompiledKernel(func, compiled, kernel, plan.key_text)
+    result.manifest = manifest
+    return result
+
+
+def _kernel_of(name: str, compiled, manifest: dict, num_threads: int | None):
+    """The runtime kernel of a compiled module, as its manifest (made by :func:`build_kernel`)
+    describes it: the parameters' specs, the functions of its phases, its temporaries."""
+    specs = [TensorSpec(n, tuple(shape), dtype, output=output)
+             for n, shape, dtype, output in manifest["params"]]
+    temporaries = manifest["temporaries"]
     runs = []
-    for builder in builders:
-        extent = None
-        if builder.parallel_loop is not None:
-            extent = _parallel_extent(func, builder.parallel_loop)
-        argtypes = [ctypes.c_void_p] * (len(func.params) + len(temporaries))
+    for fn_name, extent in manifest["phases"]:
+        argtypes = [ctypes.c_void_p] * (len(specs) + len(temporaries or ()))
         if extent is not None:
             argtypes += [ctypes.c_int64, ctypes.c_int64]
-        entry = compiled.address(builder.fn.name + "_entry") if extent is not None else None
-        runs.append(Phase(builder.fn.name, compiled.function(builder.fn.name, argtypes), extent,
-                          entry))
-    if phases is None:
-        kernel = Kernel(func.name, runs[0].function, specs,
-                        parallel_extent=runs[0].parallel_extent, num_threads=num_threads,
-                        entry=runs[0].entry)
-    else:
-        kernel = PhasedKernel(func.name, runs, specs,
-                              [(b.name, b.shape, b.dtype) for b in temporaries],
-                              num_threads=num_threads)
-    return CompiledKernel(func, compiled, kernel, key_text)
+        entry = compiled.address(fn_name + "_entry") if extent is not None else None
+        runs.append(Phase(fn_name, compiled.function(fn_name, argtypes), extent, entry))
+    if temporaries is None:
+        return Kernel(name, runs[0].function, specs, parallel_extent=runs[0].parallel_extent,
+                      num_threads=num_threads, entry=runs[0].entry)
+    return PhasedKernel(name, runs, specs, [(n, tuple(shape), dtype)
+                                            for n, shape, dtype in temporaries],
+                        num_threads=num_threads)
+
+
+def kernel_from_manifest(manifest: dict, name: str, func, *, num_threads: int | None = None):
+    """The :class:`CompiledKernel` that :func:`build_kernel` made, from its ``manifest`` (its
+    ``manifest`` attribute) and the object code in the kernel cache, without the PrimFunc or
+    LLVM: None when no cache holds the code. ``func`` is the PrimFunc or a function of no
+    arguments returning it, called only when something asks for it (the loop IR's text)."""
+    from .jit import get_jit
+    compiled = get_jit().load_cached(manifest["digest"], name)
+    if compiled is None:
+        return None
+    result = CompiledKernel(func, compiled, _kernel_of(name, compiled, manifest, num_threads),
+                            None, name=name)
+    result.manifest = manifest
+    return result

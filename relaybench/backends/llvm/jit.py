@@ -366,10 +366,8 @@ class JIT:
         text = str(module) if key is None else None
         digest = cache_key(text if key is None else key, self.target.identity)
         with self.lock:
-            known = self._loaded.get(digest)
+            known = self._from_memory(digest)
             if known is not None:
-                self.stats["from_memory"] += 1
-                self._remember(known)
                 return known
             fresh = self._fresh.pop(digest, None)  # compiled by compile_ahead
             entry = fresh[0] if fresh is not None else (self.cache.load(digest) if cache else None)
@@ -391,6 +389,31 @@ class JIT:
         if config.get("RB_DEBUG") >= 4:
             print(f"; {name}: {compiled!r}\n{entry.llvm_ir}")
         return compiled
+
+    def load_cached(self, digest: str, name: str = "module") -> CompiledModule | None:
+        """The module whose cache key is ``digest`` (a :attr:`CompiledModule.key`) when this
+        process has it loaded or the disk cache holds it, else None: it never compiles."""
+        with self.lock:
+            known = self._from_memory(digest)
+            if known is not None:
+                return known
+            entry = self.cache.load(digest)
+            if entry is None:
+                return None
+            engine, addresses = self._load(entry, name)
+            self.stats["from_disk"] += 1
+            compiled = CompiledModule(self, digest, "disk", entry, addresses, engine)
+            self._loaded[digest] = compiled
+            self._remember(compiled)
+        return compiled
+
+    def _from_memory(self, digest: str) -> CompiledModule | None:
+        """The module of ``digest`` if this process has it loaded (counted, made most recent)."""
+        known = self._loaded.get(digest)
+        if known is not None:
+            self.stats["from_memory"] += 1
+            self._remember(known)
+        return known
 
     def _compile(self, text: str, digest: str, name: str) -> CacheEntry:
         llvm = _binding()
