@@ -52,30 +52,43 @@ for k, task in enumerate(tasks):
 md("""
 ## The search space of one layer
 
-The last stage's 3x3 convolution (7 x 7 outputs, 512 channels in 32 blocks of 16). Its knobs and
-the rule's own choice (the default, which is what an untuned build compiles):
+The last stage's 3x3 convolution (7 x 7 outputs, 512 channels in 32 blocks of 16). Its knobs:
 """)
 code("""
 task = tasks[10]
 print(task.workload)
 print(task.space.table())
-print("default:", task.space.default())
 """, check=True)
 md("""
-A config changes the loop nest the kernel is made of. The default tiles 7 columns by 2 channel
-blocks; another config, 7 columns by 4 blocks with the window loops outside the channel blocks:
+The rule's own choice (the default, which is what an untuned build compiles) follows the host's
+vector registers: with AVX-512 (32 registers) it tiles 7 columns by 2 channel blocks; without
+(16 registers, a vector of 16 floats taking two) 1 column by 2 blocks, since a larger tile would
+spill its accumulators to the stack.
+""")
+code("""
+from relaybench.backends.strategy.x86_winograd import narrow_host
+print("this host has", 16 if narrow_host() else 32, "vector registers; default:", task.space.default())
+""")
+md("""
+A config changes the loop nest the kernel is made of: the default, and another config, 7 columns
+by 4 blocks with the window loops outside the channel blocks:
 """)
 code("""
 from relaybench.backends.lowering import lower_primitive
 
 func = autotune.task_function(task.workload)
-other = dict(task.space.default(), tile_oc=4, reduce_order="window_first")
+other = dict(task.space.default(), tile_ow=7, tile_oc=4, reduce_order="window_first")
+nests = []
 for config in (task.space.default(), other):
     with autotune.ApplyConfig({task.workload.key: config}):
         loops = lower_primitive(func, "llvm").source()
+    nests.append(loops)
     print(config)
     print("\\n".join(line for line in loops.splitlines() if " in " in line)[:900])
     print()
+""")
+code("""
+nests[0] != nests[1], "vectorized(16)" in nests[1]
 """, check=True)
 md("""
 ## Tuning it live

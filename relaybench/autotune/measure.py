@@ -49,6 +49,11 @@ def task_function(workload: Workload):
                             out_layout=attrs["out_layout"], out_dtype=workload.out_dtype)
     elif workload.template in ("dense", "dense_rows"):
         body = op.nn.dense(*params)
+    elif workload.template == "conv2d_winograd":
+        body = op.nn.contrib_conv2d_winograd_without_weight_transform(
+            *params, tile_size=attrs["tile_size"], padding=attrs["padding"],
+            data_layout=attrs["data_layout"], kernel_layout=attrs["kernel_layout"],
+            out_layout=attrs["out_layout"], out_dtype=workload.out_dtype)
     else:
         raise ValueError(f"no task for template {workload.template!r}")
     mod = InferType()(IRModule.from_expr(Function(params, body)))

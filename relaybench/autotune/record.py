@@ -204,10 +204,31 @@ def versions() -> dict:
 
 
 def shipped_logs() -> list:
-    """The tuning logs shipped with the package, this CPU's first (by its LLVM name)."""
+    """The tuning logs shipped with the package that stand for this host, this CPU's first (by
+    its LLVM name): those measured on a CPU with the same vector registers (AVX-512 or not). A
+    register tile tuned for 32 registers spills on a host with 16, so a log of the other kind
+    is not used (the strategies' defaults, which follow the host's features, apply instead)."""
     logs = sorted(LOG_DIR.glob("*.jsonl"))
     try:
-        mine = host_cpu()["llvm_cpu"]
-    except Exception:   # no llvmlite: the order does not matter
-        mine = ""
-    return sorted(logs, key=lambda p: mine not in p.name)
+        host = host_cpu()
+    except Exception:   # no llvmlite: nothing is compiled, the order does not matter
+        return logs
+    wide = _has_avx512(host)
+    logs = [p for p in logs if _log_avx512(p) in (None, wide)]
+    return sorted(logs, key=lambda p: host["llvm_cpu"] not in p.name)
+
+
+def _has_avx512(cpu: dict) -> bool:
+    return "+avx512f" in str(cpu.get("features", "")).split(",")
+
+
+def _log_avx512(path: Path):
+    """Whether the first record of a log was measured with AVX-512 (None: no record)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                if line.strip():
+                    return _has_avx512(json.loads(line).get("cpu") or {})
+    except (OSError, ValueError):
+        return None
+    return None

@@ -89,7 +89,9 @@ class CompileTimeView:
         return (f"build for {self.target}: {s.total_seconds:.2f} s: passes {self.pass_seconds:.2f} s "
                 f"({len(self.pass_rows())}), kernels {self.kernel_seconds:.2f} s "
                 f"({len(self.kernel_rows())}: lower {s.lower_seconds:.2f} s, compile "
-                f"{s.compile_seconds:.2f} s); kernel cache: {self.hits} hits, {self.misses} misses")
+                f"{s.compile_seconds:.2f} s); kernel cache: {self.hits} hits, {self.misses} misses"
+                + (f"; {s.lowerings_cached} groups not lowered (the lowering cache)"
+                   if s.lowerings_cached else ""))
 
     def table(self):
         from .table import Table

@@ -163,3 +163,34 @@ def test_depthwise_configs_match_numpy(config):
     expected = sum(padded[:, :, i:i + 10, j:j + 10, :] * weight[:, 0, i, j, 0, :][None, :, None, None, :]
                    for i in range(3) for j in range(3))
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
+
+
+WINOGRAD = autotune.Workload(
+    "conv2d_winograd", ((1, 2, 8, 12, 16), (6, 6, 4, 32, 16)), ("float32", "float32"),
+    (1, 4, 8, 12, 16), "float32",
+    (("data_layout", "NCHW16c"), ("kernel_layout", "HWOI16o"), ("out_layout", "NCHW16c"),
+     ("padding", (1, 1, 1, 1)), ("tile_size", 4)))
+
+
+@pytest.mark.parametrize("config", [{"tile_p": 1, "tile_k": 4}, {"tile_p": 6, "tile_k": 1},
+                                    {"tile_p": 2, "tile_k": 2}])
+def test_winograd_tiles_match_the_direct_convolution(config):
+    """The ``conv2d_winograd`` template's register tiles: each computes the convolution whose
+    weight the transformed one came from (F(4x4, 3x3), 6 tiles of 4x4 over 8x12 outputs)."""
+    from relaybench.op.winograd import winograd_weight_transform_matrix
+    func = autotune.task_function(WINOGRAD)
+    assert x86.workload_of(func.body) == WINOGRAD
+    space = x86.space_of(WINOGRAD)
+    assert space.valid(config) and len(space) > 3
+    rng = np.random.default_rng(3)
+    data = rng.standard_normal(WINOGRAD.arg_shapes[0]).astype("float32")
+    g = rng.standard_normal((64, 32, 3, 3)).astype("float32")       # OIHW
+    u = (winograd_weight_transform_matrix(4) @ g.reshape(64 * 32, 9).T).reshape(6, 6, 64, 32)
+    weight = np.ascontiguousarray(u.reshape(6, 6, 4, 16, 32).transpose(0, 1, 2, 4, 3),
+                                  dtype="float32")                                # HWOI16o
+    out, loops = _run(func, config, WINOGRAD, [data, weight])
+    blocked = g.reshape(4, 16, 2, 16, 3, 3).transpose(0, 2, 4, 5, 3, 1)   # OIHW16i16o
+    np.testing.assert_allclose(out, _conv_nchwc_numpy(data, blocked, 1, 1), rtol=1e-3, atol=1e-2)
+    with autotune.ApplyConfig({}):
+        default = lower_primitive(func, "llvm").source()
+    assert (default == loops) == (config == space.default())

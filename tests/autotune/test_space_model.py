@@ -58,7 +58,8 @@ def test_annealing_finds_the_best_valid_config_of_a_known_score():
     assert features.shape[0] == 1 + 3 + 1   # tile (log2), order (one-hot), unroll
 
 
-def test_x86_spaces_default_to_the_hand_picked_rule():
+def test_x86_spaces_default_to_the_hand_picked_rule(monkeypatch):
+    monkeypatch.setattr(x86, "narrow_host", lambda: False)     # a host with AVX-512
     w = Workload("conv2d_NCHWc", ((1, 4, 56, 56, 16), (4, 4, 3, 3, 16, 16)),
                  ("float32", "float32"), (1, 4, 56, 56, 16), "float32",
                  (("padding", (1, 1, 1, 1)), ("strides", (1, 1))))
@@ -74,3 +75,9 @@ def test_x86_spaces_default_to_the_hand_picked_rule():
                      "float32")
     assert x86.space_of(dense).knobs[0].values == (16, 32, 64, 128)
     assert Workload.from_json(w.to_json()) == w
+    # 16 vector registers (no AVX-512): 2 columns x 2 channel blocks, 4 columns for odd blocks
+    monkeypatch.setattr(x86, "narrow_host", lambda: True)
+    assert (x86.space_of(w).default()["tile_ow"], x86.space_of(w).default()["tile_oc"]) == (2, 2)
+    odd = Workload("conv2d_NCHWc", w.arg_shapes, w.arg_dtypes, (1, 3, 56, 56, 16), "float32",
+                   w.attrs)
+    assert (x86.space_of(odd).default()["tile_ow"], x86.space_of(odd).default()["tile_oc"]) == (4, 1)

@@ -25,7 +25,9 @@ is ``HWOI{y}o``: for each tile position and input channel, one vector of ``y`` o
     unrolled, the channel lanes vectorized.
 
 The register tile (:func:`gemm_tile`) is the hand-picked default; the matrix products' shapes
-are those of a dense layer, so the same tile rules apply.
+are those of a dense layer, so the same tile rules apply. It is also the search space of the
+``conv2d_winograd`` template (:func:`winograd_space`): ``rb.autotune.tune`` measures other
+tiles, and a tuning log's best one is used as the other templates' are.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ from __future__ import annotations
 from ... import te
 from ...te.tensor import ComputeOp
 
-__all__ = ["OPS", "schedule", "gemm_tile", "MAX_TILE_REGISTERS"]
+__all__ = ["OPS", "schedule", "gemm_tile", "narrow_host", "tile_budget", "winograd_space",
+           "MAX_TILE_REGISTERS", "NARROW_TILE_VECTORS"]
 
 OPS = ("nn.contrib_conv2d_winograd_without_weight_transform",)
 """The operators this module schedules (as a group's anchor)."""
@@ -43,18 +46,72 @@ MAX_TILE_REGISTERS = 24
 vectors and the broadcast inputs)."""
 
 
-def gemm_tile(tiles: int, channel_blocks: int) -> tuple:
+NARROW_TILE_VECTORS = 4
+"""The register tile's accumulators on a host without AVX-512: 16 ``ymm`` registers, a vector
+of 16 floats taking two, so four vectors (8 registers) leave room for the weights and the
+broadcast inputs. Measured on ResNet-18's Winograd layers (AMD EPYC, AVX2): the 24-vector tile
+spilled and ran 1.1-2.3x slower on the 56x56, 28x28 and 14x14 layers."""
+
+
+def narrow_host() -> bool:
+    """Whether this host's vector registers are 16 (no AVX-512), a 16-float vector taking two."""
+    try:
+        from ..llvm.jit import host_target
+        return not host_target().has_avx512
+    except ImportError:  # no llvmlite: nothing will be compiled here
+        return False
+
+
+def tile_budget() -> int:
+    """Accumulator vectors of a register tile on this host: :data:`MAX_TILE_REGISTERS` with
+    AVX-512, :data:`NARROW_TILE_VECTORS` without."""
+    return NARROW_TILE_VECTORS if narrow_host() else MAX_TILE_REGISTERS
+
+
+def gemm_tile(tiles: int, channel_blocks: int, budget: int | None = None) -> tuple:
     """``(tile_p, tile_k)``: input tiles x output-channel vectors per register tile. Two channel
     vectors when the blocks pair up (each broadcast input feeds two FMAs), and the largest
-    divisor of the tile count that fits the registers.
+    divisor of the tile count that fits ``budget`` accumulators (default :func:`tile_budget`).
 
-    >>> gemm_tile(196, 4), gemm_tile(16, 32), gemm_tile(49, 3)
+    >>> gemm_tile(196, 4, 24), gemm_tile(16, 32, 24), gemm_tile(49, 3, 24)
     ((7, 2), (8, 2), (7, 3))
+    >>> gemm_tile(196, 4, 4), gemm_tile(49, 8, 4)
+    ((2, 2), (1, 2))
     """
+    budget = tile_budget() if budget is None else budget
     tile_k = next((k for k in (2, 3, 1) if channel_blocks % k == 0), 1)
-    limit = max(1, MAX_TILE_REGISTERS // tile_k)
+    limit = max(1, budget // tile_k)
     tile_p = max(d for d in range(1, min(tiles, limit) + 1) if tiles % d == 0)
     return tile_p, tile_k
+
+
+def winograd_space(workload):
+    """The knobs of the ``conv2d_winograd`` template: the matrix products' register tile,
+    ``tile_p`` input tiles (a divisor of the tile count) x ``tile_k`` output-channel vectors (a
+    divisor of the channel blocks), at most :data:`MAX_TILE_REGISTERS` accumulators; the default
+    is :func:`gemm_tile`'s.
+
+    >>> from relaybench.autotune.space import Workload
+    >>> w = Workload("conv2d_winograd", ((1, 4, 56, 56, 16), (6, 6, 4, 64, 16)),
+    ...              ("float32", "float32"), (1, 4, 56, 56, 16), "float32", (("tile_size", 4),))
+    >>> space = winograd_space(w)
+    >>> space.default() == dict(zip(("tile_p", "tile_k"), gemm_tile(196, 4))), len(space)
+    (True, 15)
+    """
+    from ...autotune.space import ConfigSpace
+    m = int(workload.attr_dict["tile_size"])
+    n, _, oh, ow = workload.out_shape[:4]
+    tiles = n * -(-oh // m) * -(-ow // m)
+    o_blocks = workload.arg_shapes[1][2]
+    tile_p, tile_k = gemm_tile(tiles, o_blocks)
+    space = ConfigSpace("conv2d_winograd")
+    space.define_knob("tile_p", [d for d in range(1, min(tiles, MAX_TILE_REGISTERS) + 1)
+                                 if tiles % d == 0], default=tile_p,
+                      doc="input tiles per register tile (each a row of the matrix product)")
+    space.define_knob("tile_k", [k for k in (1, 2, 3, 4) if o_blocks % k == 0], default=tile_k,
+                      doc="output-channel vectors per register tile")
+    space.constraint = lambda c: c["tile_p"] * c["tile_k"] <= MAX_TILE_REGISTERS
+    return space
 
 
 def _named(s, name):
@@ -62,8 +119,10 @@ def _named(s, name):
 
 
 def schedule(group, compute_at: bool = True):
-    """The schedule of a group anchored by a Winograd convolution, and the rule's name."""
-    from .x86 import PARALLEL_MIN_WORK, _work, lane_block, schedule_injective
+    """The schedule of a group anchored by a Winograd convolution, and the rule's name; the
+    register tile is the active tuning context's config, else the default
+    (:func:`winograd_space`)."""
+    from .x86 import PARALLEL_MIN_WORK, _work, lane_block, schedule_injective, tuning_config
     s = te.create_schedule(group.outputs)
     output_ops = {t.op for t in group.outputs}
     anchor_t = group.anchor_tensors[0]
@@ -97,7 +156,12 @@ def schedule(group, compute_at: bool = True):
     if gemm is not None:
         gemm_t = gemm.output
         eps, nu, k, p, col = gemm.axis
-        tile_p, tile_k = gemm_tile(p.extent, k.extent)
+        config = tuning_config(group.anchor)[1]
+        if config is not None and p.extent % config["tile_p"] == 0 \
+                and k.extent % config["tile_k"] == 0:
+            tile_p, tile_k = config["tile_p"], config["tile_k"]
+        else:
+            tile_p, tile_k = gemm_tile(p.extent, k.extent)
         vector = lane_block(col.extent, gemm_t.dtype)
         if compute_at:
             local = s.cache_write(gemm_t).op
