@@ -134,7 +134,10 @@ machine is shared, and a two-thread kernel whose second core is taken by other w
 on every call, which favours configs with less parallelism; a config still applies to builds with
 any number of threads. `apply_history_best` makes `build` use the fastest measured config of
 every workload the log knows, and the default elsewhere; the kernel cache is keyed by the loop IR,
-so tuned and untuned kernels are cached side by side.
+so tuned and untuned kernels are cached side by side. A shipped log stands only for hosts with the
+vector registers of the CPU it was measured on (the one shipped: Zen 4, with AVX-512, 32
+registers): on a host without AVX-512 `shipped_logs()` is empty and the tuned build is the
+default one, whose tiles already follow the host's 16 registers.
 """)
 code("""
 logs = autotune.shipped_logs()
