@@ -73,7 +73,15 @@ def _conv_block(channels_in=16, channels_out=32, size=10, groups=1, bias=True, s
     return rb.IRModule.from_expr(rb.Function(args, y)), params
 
 
-def test_conv2d_nchwc_register_tile():
+@pytest.fixture
+def wide_host(monkeypatch):
+    """The register tiles of a host with AVX-512 (32 vector registers), whatever this one has."""
+    from relaybench.backends.strategy import x86
+    monkeypatch.setattr(x86, "narrow_host", lambda: False)
+    return x86
+
+
+def test_conv2d_nchwc_register_tile(wide_host):
     mod, params = _conv_block()
     group = _group_with(_groups(mod, params), "nn.conv2d")
     lowered, kernel = _run_both(group)
@@ -92,6 +100,19 @@ def test_conv2d_nchwc_register_tile():
     assert "zmm" in kernel.source("asm") or "ymm" in kernel.source("asm")
 
 
+def test_register_tiles_of_a_host_without_avx512(monkeypatch):
+    """16 vector registers: 2 columns x 2 output-channel blocks, 4 columns of one block for a
+    depthwise convolution (a larger tile would spill its accumulators)."""
+    from relaybench.backends.strategy import x86
+    monkeypatch.setattr(x86, "narrow_host", lambda: True)
+    mod, params = _conv_block()
+    lowered, _ = _run_both(_group_with(_groups(mod, params), "nn.conv2d"))
+    assert "allocate((1, 2, 1, 2, 16)" in lowered.source()
+    mod, params = _conv_block(channels_in=32, channels_out=32, groups=32, size=12)
+    lowered, _ = _run_both(_group_with(_groups(mod, params), "nn.conv2d"))
+    assert "depthwise_conv2d_NCHWc = allocate((1, 1, 1, 4, 16)" in lowered.source()
+
+
 def test_conv2d_without_epilogue_uses_a_cache_stage():
     mod, params = _conv_block(bias=False, stride=2)
     group = _group_with(_groups(mod, params), "nn.conv2d")
@@ -100,7 +121,7 @@ def test_conv2d_without_epilogue_uses_a_cache_stage():
     assert "_local = allocate(" in lowered.source()
 
 
-def test_depthwise_conv2d_nchwc():
+def test_depthwise_conv2d_nchwc(wide_host):
     mod, params = _conv_block(channels_in=32, channels_out=32, groups=32)
     group = _group_with(_groups(mod, params), "nn.conv2d")
     lowered, _ = _run_both(group)
