@@ -104,6 +104,10 @@ md("""
   the output, never as a separate pass over memory;
 * **parallel** over the (output-channel block, row) pairs, fused into one loop so that both threads
   get work even when there are few channel blocks.
+
+The tile follows the host: without AVX-512 there are 16 vector registers of 8 floats, a vector of
+16 lanes takes two, and a 14 x 16 tile would spill to the stack, so the rule takes 2 columns x 2
+output-channel blocks there (`narrow_host()` says which kind this machine is).
 """)
 code("""
 lowered = lower_primitive(group.function)
@@ -116,7 +120,13 @@ The loop IR is what the code generator sees. The index arithmetic is already sim
 that below): every load and store is an affine function of the loop variables.
 """)
 code("""
+from relaybench.backends.strategy.x86_winograd import narrow_host
+print("16 vector registers" if narrow_host() else "32 vector registers")
 print(lowered.prim_func)
+""")
+code("""
+text = str(lowered.prim_func)
+"vectorized(16)" in text, "parallel(" in text, ("unrolled(2)" if narrow_host() else "unrolled(14)") in text
 """, check=True)
 md("""
 ## LLVM IR

@@ -7,8 +7,8 @@ import pytest
 from relaybench.testing.fuzz import check_seed
 
 FIRST_SEED = 50_000
-CHUNKS = 20
-PER_CHUNK = 20       # 400 programs
+CHUNKS = 15
+PER_CHUNK = 20       # 300 programs
 DEVICE_EVERY = 4
 """The OpenCL configuration runs every fourth program: each program is a new OpenCL build,
 about a second of PoCL's compiler on a cold cache, where the CPU configurations' kernels come
