@@ -365,7 +365,12 @@ def _from_group_cache(func: Function, name: str, target: Target, cache_key, stat
         return None
     constants = group_constants(func)
     inputs, outputs = _types_of(manifest["inputs"]), _types_of(manifest["outputs"])
-    if len(inputs) + len(constants) + len(outputs) != len(manifest["kernel"]["params"]):
+    # the kernel's parameters must be the group's tensors, in order (a manifest that does not
+    # match is not used: the kernel checks every array against these specs)
+    expected = [(list(t.shape), t.dtype) for t in inputs] + \
+        [(list(c.shape), c.dtype.name) for c in constants] + \
+        [(list(t.shape), t.dtype) for t in outputs]
+    if [(list(shape), dtype) for _, shape, dtype, _ in manifest["kernel"]["params"]] != expected:
         return None
     from .. import config
     from .group_cache import LOWERING_KNOBS

@@ -153,3 +153,18 @@ def test_missing_object_code_lowers_again(cache_dir):
     assert lib.compile_stats.lowerings_cached == 0 and lib.compile_stats.llvm_compiled > 0
     x = np.random.default_rng(5).standard_normal((1, 4, 10, 10)).astype("float32")
     np.testing.assert_allclose(lib.run(x=x), numpy_net(x, w, b), rtol=1e-4, atol=1e-3)
+
+
+def test_a_manifest_that_does_not_match_the_group_is_not_used(cache_dir):
+    w, b = weights(0)
+    rb.build(conv_net(w, b))
+    for path in (cache_dir / "groups").glob("*.json"):
+        manifest = json.loads(path.read_text())
+        for param in manifest["kernel"]["params"]:
+            param[1] = [d + 1 for d in param[1]]      # every shape off by one
+        path.write_text(json.dumps(manifest))
+    get_group_cache().forget()
+    lib = rb.build(conv_net(w, b))
+    assert lib.compile_stats.lowerings_cached == 0
+    x = np.random.default_rng(6).standard_normal((1, 4, 10, 10)).astype("float32")
+    np.testing.assert_allclose(lib.run(x=x), numpy_net(x, w, b), rtol=1e-4, atol=1e-3)
