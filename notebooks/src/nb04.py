@@ -120,7 +120,7 @@ The loop IR is what the code generator sees. The index arithmetic is already sim
 that below): every load and store is an affine function of the loop variables.
 """)
 code("""
-from relaybench.backends.strategy.x86_winograd import narrow_host
+from relaybench.backends.strategy.x86 import narrow_host
 print("16 vector registers" if narrow_host() else "32 vector registers")
 print(lowered.prim_func)
 """)

@@ -66,7 +66,7 @@ vector registers: with AVX-512 (32 registers) it tiles 7 columns by 2 channel bl
 spill its accumulators to the stack.
 """)
 code("""
-from relaybench.backends.strategy.x86_winograd import narrow_host
+from relaybench.backends.strategy.x86 import narrow_host
 print("this host has", 16 if narrow_host() else 32, "vector registers; default:", task.space.default())
 """)
 md("""

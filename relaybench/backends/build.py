@@ -303,6 +303,7 @@ def compile_groups(functions: Iterable[Function], target=None, stats: CompileSta
     (``fused_nn_conv2d_add_nn_relu``), made unique with ``_1``, ``_2``, ... in order of first use.
     """
     from ..ir.structural import structural_equal, structural_hash
+    from .group_cache import group_key
     from .lowering import group_name
 
     target = Target.parse(target)
@@ -323,7 +324,7 @@ def compile_groups(functions: Iterable[Function], target=None, stats: CompileSta
             count = names.get(base, 0)
             names[base] = count + 1
             name = base if count == 0 else f"{base}_{count}"
-            cache_key = _group_cache_key(func, name, target)
+            cache_key = group_key(func, name, target)
             kernel = _from_group_cache(func, name, target, cache_key, stats)
             found = [func, name, kernel or _lower_one(func, name, target, stats), cache_key]
             pending.append(found)
@@ -340,11 +341,6 @@ def compile_groups(functions: Iterable[Function], target=None, stats: CompileSta
                 _to_group_cache(cache_key, lowered)
         entry[2] = lowered
     return {func: entry[2] for func, entry in by_identity.items()}
-
-
-def _group_cache_key(func: Function, name: str, target: Target):
-    from .group_cache import group_key
-    return group_key(func, name, target)
 
 
 def _types_of(manifest_types: list) -> list:

@@ -90,10 +90,9 @@ from ...op.registry import register_alter_op_layout, register_legalize
 from ...passes.alter_op_layout import x86_conv2d_layouts
 from ...te.tensor import ComputeOp
 from . import x86_winograd
-from .x86_winograd import narrow_host
 
 __all__ = ["compute", "schedule", "VECTOR_BYTES", "PARALLEL_MIN_WORK", "TEMPLATES",
-           "workload_of", "space_of", "tuning_config"]
+           "workload_of", "space_of", "tuning_config", "narrow_host"]
 
 # The layout policy of this target: AlterOpLayout on llvm blocks NCHW convolutions for these
 # schedules (``conv2d_NCHWc``). Registered at level 0, the library's own level, which no scope
@@ -524,6 +523,17 @@ def workload_of(call):
     return Workload(template, tuple(tuple(int(d) for d in t.shape) for t in types),
                     tuple(str(t.dtype) for t in types), tuple(int(d) for d in out.shape),
                     str(out.dtype), attrs)
+
+
+def narrow_host() -> bool:
+    """Whether this host's vector registers are 16 (no AVX-512), a 16-float vector taking two:
+    the register tiles' defaults are smaller there (:func:`conv2d_nchwc_space`,
+    :func:`.x86_winograd.tile_budget`)."""
+    try:
+        from ..llvm.jit import host_target
+        return not host_target().has_avx512
+    except ImportError:  # no llvmlite: nothing will be compiled here
+        return False
 
 
 def _divisors(n: int, limit: int) -> list:

@@ -35,7 +35,7 @@ from __future__ import annotations
 from ... import te
 from ...te.tensor import ComputeOp
 
-__all__ = ["OPS", "schedule", "gemm_tile", "narrow_host", "tile_budget", "winograd_space",
+__all__ = ["OPS", "schedule", "gemm_tile", "tile_budget", "winograd_space",
            "MAX_TILE_REGISTERS", "NARROW_TILE_VECTORS"]
 
 OPS = ("nn.contrib_conv2d_winograd_without_weight_transform",)
@@ -53,18 +53,10 @@ broadcast inputs. Measured on ResNet-18's Winograd layers (AMD EPYC, AVX2): the 
 spilled and ran 1.1-2.3x slower on the 56x56, 28x28 and 14x14 layers."""
 
 
-def narrow_host() -> bool:
-    """Whether this host's vector registers are 16 (no AVX-512), a 16-float vector taking two."""
-    try:
-        from ..llvm.jit import host_target
-        return not host_target().has_avx512
-    except ImportError:  # no llvmlite: nothing will be compiled here
-        return False
-
-
 def tile_budget() -> int:
     """Accumulator vectors of a register tile on this host: :data:`MAX_TILE_REGISTERS` with
     AVX-512, :data:`NARROW_TILE_VECTORS` without."""
+    from .x86 import narrow_host
     return NARROW_TILE_VECTORS if narrow_host() else MAX_TILE_REGISTERS
 
 
