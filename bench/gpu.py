@@ -23,7 +23,7 @@ What it does, printing a short report:
    with its event time and GFLOP/s, and the copies in and out.
 
 ``--conv direct,tiled`` builds each model once per convolution schedule (``RB_GPU_CONV``:
-``direct``, ``splitk``, ``tiled``, ``blocked`` or ``auto``), checks each build and times them in the same interleaved
+``direct``, ``splitk``, ``tiled``, ``blocked``, ``winograd`` or ``auto``), checks each build and times them in the same interleaved
 blocks, so one run compares the schedules on the same device; the report has a row per model
 and schedule, the profile's rule column says which schedule each group ran
 (``conv2d_tiled``, ``direct_splitk``, ...), and a table per model puts each convolution layer's time
@@ -132,23 +132,30 @@ def slowest_groups(profile, count: int) -> str:
     the profile's note (device and copy times of a run)."""
     from relaybench.viz import Table
     rows = sorted(profile.groups, key=lambda r: -r["ms/run"])[:count]
-    keep = ("group", "rule", "calls", "ms/call", "ms/run", "%", "GFLOP/s")
-    table = Table([{k: r[k] for k in keep} for r in rows])
+    keep = ("group", "rule", "calls", "ms/call", "ms/run", "%", "GFLOP/s", "launch ms")
+    table = Table([{k: r.get(k, "") for k in keep} for r in rows])
     return f"{table}\n{getattr(profile, 'note', '')}".rstrip()
+
+
+def _conv_kernels(lib) -> list:
+    """The convolution groups of a build, in the graph's order (a Winograd group included:
+    its name holds ``conv2d`` too; its weight transforms, folded, are not kernels)."""
+    return [k for k in lib.kernels
+            if "conv2d" in k.name and "winograd_weight_transform" not in k.name]
 
 
 def layer_table(libs: dict, profiles: dict) -> str:
     """Each convolution group of a model timed under every schedule built (``--conv``), side by
     side: its input and weight shapes, the ms per call of each schedule (its profiling events)
-    and which was fastest; the rows a per-layer rule for ``auto`` is read from."""
+    and which was fastest; the rows a per-layer rule for ``auto`` is read from. The builds'
+    convolution groups are matched by their position in the graph (fusion does not depend on
+    the schedule; Winograd's groups have names of their own)."""
     from relaybench.viz import Table
     modes = list(profiles)
     per_mode = {m: {r["group"]: r for r in profiles[m].groups} for m in modes}
-    first_lib = libs[modes[0]][0]
+    convs = {m: _conv_kernels(libs[m][0]) for m in modes}
     rows = []
-    for kernel in first_lib.kernels:
-        if "conv2d" not in kernel.name:
-            continue
+    for index, kernel in enumerate(convs[modes[0]]):
         types = kernel.input_types
         shapes = [tuple(int(d) for d in t.shape) for t in types[:2]]
         row = {"group": kernel.name, "data": "x".join(map(str, shapes[0])),
@@ -156,7 +163,9 @@ def layer_table(libs: dict, profiles: dict) -> str:
                "MFLOP": round(kernel.flops / 1e6, 1)}
         times = {}
         for mode in modes:
-            found = per_mode[mode].get(kernel.name)
+            if index >= len(convs[mode]):
+                continue
+            found = per_mode[mode].get(convs[mode][index].name)
             if found is not None:
                 times[mode] = found["ms/call"]
                 row[f"{mode} ms"] = found["ms/call"]
@@ -190,7 +199,8 @@ def main(argv=None) -> int:
                         help="print the N groups with the most device time (0: none)")
     parser.add_argument("--conv", default="auto", type=conv_modes,
                         help="convolution schedules to build and time, comma-separated "
-                             "(RB_GPU_CONV values: direct, splitk, tiled, blocked, auto)")
+                             "(RB_GPU_CONV values: direct, splitk, tiled, blocked, winograd, "
+                             "auto)")
     args = parser.parse_args(argv)
 
     print("== OpenCL")
@@ -254,11 +264,13 @@ def main(argv=None) -> int:
                 want_torch = net(xt).cpu().numpy()
             torch.backends.cudnn.allow_tf32 = True     # PyTorch eager's defaults for timing
 
-            def torch_run():
+            def torch_run(tf32=True):
+                torch.backends.cudnn.allow_tf32 = tf32
                 with torch.no_grad():
                     net(xt)
                 if cuda:
                     torch.cuda.synchronize()
+                torch.backends.cudnn.allow_tf32 = True
         for mode, (lib, got) in libs.items():
             checks = []
             if want_interpreter is not None:
@@ -279,7 +291,10 @@ def main(argv=None) -> int:
                 torch_run()
         e2e = {mode: [] for mode in libs}
         dev_ms = {mode: [] for mode in libs}
-        peer = []
+        peer, peer_fp32 = [], []
+        if torch_run is not None and cuda:
+            for _ in range(3):
+                torch_run(tf32=False)
         for _ in range(args.repeat):
             for mode, (lib, _) in libs.items():
                 timed = lib.benchmark(number=args.number, repeat=1, warmup=0)
@@ -287,14 +302,16 @@ def main(argv=None) -> int:
                 dev_ms[mode].append(timed.device.median_ms)
             if torch_run is not None and cuda:
                 peer.append(time_block(torch_run, args.number))
+                peer_fp32.append(time_block(lambda: torch_run(tf32=False), args.number))
         profiles = {}
         for mode, (lib, _) in libs.items():
             row = (name, mode, float(np.median(e2e[mode])), float(np.median(dev_ms[mode])),
-                   float(np.median(peer)) if peer else None)
+                   float(np.median(peer)) if peer else None,
+                   float(np.median(peer_fp32)) if peer_fp32 else None)
             rows.append(row)
             print(f"conv {mode}: relaybench {row[2]:.2f} ms end to end, {row[3]:.2f} ms on the "
-                  "device" + (f"; PyTorch eager CUDA {row[4]:.2f} ms" if row[4] is not None
-                              else ""))
+                  "device" + (f"; PyTorch eager CUDA {row[4]:.2f} ms (TF32 off: {row[5]:.2f})"
+                              if row[4] is not None else ""))
             if args.profile > 0 or len(libs) > 1:
                 profiles[mode] = lib.profile(number=args.number)
             if args.profile > 0:
@@ -304,11 +321,12 @@ def main(argv=None) -> int:
             print(f"per convolution layer, ms per call:\n{layers[name]}")
 
     print("\n== report")
-    print(f"{'model':14s} {'conv':>7s} {'rb e2e ms':>10s} {'rb device ms':>14s} "
-          f"{'torch cuda ms':>14s}")
-    for name, mode, e2e, dev_ms, peer in rows:
-        print(f"{name:14s} {mode:>7s} {e2e:10.2f} {dev_ms:14.2f} "
-              f"{(f'{peer:.2f}' if peer is not None else 'n/a'):>14s}")
+    print(f"{'model':14s} {'conv':>8s} {'rb e2e ms':>10s} {'rb device ms':>14s} "
+          f"{'torch cuda ms':>14s} {'torch fp32 ms':>14s}")
+    for name, mode, e2e, dev_ms, peer, peer_fp32 in rows:
+        print(f"{name:14s} {mode:>8s} {e2e:10.2f} {dev_ms:14.2f} "
+              f"{(f'{peer:.2f}' if peer is not None else 'n/a'):>14s} "
+              f"{(f'{peer_fp32:.2f}' if peer_fp32 is not None else 'n/a'):>14s}")
     if failures:
         print(f"FAILED: {', '.join(dict.fromkeys(failures))}")
         return 1

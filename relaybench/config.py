@@ -122,13 +122,16 @@ KNOBS: Mapping[str, Knob] = _table(
          "output per work item), splitk (direct, the input channels cut in slices summed by a "
          "second launch where the outputs are few), tiled (work groups of output tiles, input "
          "and weight chunks in local memory), blocked (the same tiles read from device memory, "
-         "no local copies), auto (per layer: on a GPU tiled where the tiles fill the device, "
-         "splitk elsewhere; on a CPU device tiled where the shape suits it); the rule name in "
-         "lib.profile() says which ran"),
+         "no local copies), winograd (Winograd's F(4x4,3x3) or F(2x2,3x3) for every 3x3 "
+         "stride-1 layer of 16 channels or more, auto's choice for the others), auto (per "
+         "layer: on a GPU Winograd where the layer is large enough, else tiled where the tiles "
+         "fill the device, splitk elsewhere; on a CPU device tiled where the shape suits it); "
+         "the rule name in lib.profile() says which ran"),
     Knob("RB_WINOGRAD", "str", "auto",
          "Winograd convolution on llvm for float32 3x3 stride-1 convolutions (one group): auto "
          "(where the layout rule expects it to win), on (every such convolution, tile size by "
-         "the rule), 2 or 4 (every one, F(2x2,3x3) or F(4x4,3x3)), off (never)"),
+         "the rule), 2 or 4 (every one, F(2x2,3x3) or F(4x4,3x3)), off (never, on opencl "
+         "too, whose own choice is RB_GPU_CONV's)"),
     Knob("RB_LOWERING_CACHE", "str", "on",
          "on: a build whose kernels are cached skips lowering their groups, reading each one's "
          "manifest from memory or RB_CACHE_DIR/groups (llvm); off: every group is lowered"),

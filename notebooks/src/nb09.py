@@ -117,43 +117,55 @@ print("device time within end to end in every round:",
 md("""
 ## How a convolution is scheduled, per layer
 
-`RB_GPU_CONV` chooses among four schedules for a convolution: `direct` (one work item per
+`RB_GPU_CONV` chooses among five schedules for a convolution: `direct` (one work item per
 output, the reduction in its registers), `splitk` (direct, with the input channels cut into
 slices whose partial sums a second launch adds: for the last stages of a network, whose few
 outputs would leave most of a GPU idle), `tiled` (work groups of 64 channels x 8 x 8 pixels,
-input and weight chunks copied into `__local` memory, 16 outputs per work item) and `blocked`
-(the same tiles read through the caches). The default, `auto`, picks per layer by rules that an
-H100 measured (`bench/gpu.py --conv direct,splitk,tiled,blocked` prints every layer under every
-schedule): on a GPU, tiles where they fill the device, split-K where the outputs are few,
-direct elsewhere. Lowering needs no device, so the rules for ResNet-18 on a GPU can be read here:
+input and weight chunks copied into `__local` memory, 16 outputs per work item), `blocked`
+(the same tiles read through the caches) and `winograd`: a 3 x 3 stride-1 layer becomes
+Winograd's F(4x4, 3x3), its weight transformed at compile time, run as three launches (the
+input tiles' transform, 36 matrix products tiled in `__local` memory, the output transform
+with the fused epilogue), 4 times fewer multiplications than the direct convolution. The
+default, `auto`, picks per layer by rules that an H100 and an H200 measured (`bench/gpu.py
+--conv direct,splitk,tiled,winograd` prints every layer under every schedule): on a GPU,
+Winograd where its products keep the device busy, tiles where they fill it, split-K where the
+outputs are few, direct elsewhere. Lowering needs no device, so the rules for ResNet-18 on a
+GPU can be read here:
 """)
 code("""
 from collections import Counter
 from relaybench.backends.graph_executor import extract_graph
 from relaybench.backends.lowering import lower_primitive
 
-full, _ = rb.models.get("resnet18")
+from relaybench.passes.bind_params import bind_params
+
+full, full_params = rb.models.get("resnet18")
+full = bind_params(full, full_params)      # as rb.build(..., params=) does: weights constant
 target = "opencl -device=gpu"
 with rb.PassContext(opt_level=3, config={"relay.target": target}):
     fused = rb.passes.default_pipeline(3)(full)
 rules = []
 for node in extract_graph(fused["main"]).nodes:
     lowered = lower_primitive(node.function, target)
-    if "nn.conv2d" in lowered.ops:
+    if any("conv2d" in o for o in lowered.ops):
         shape = tuple(int(d) for d in lowered.output_types[0].shape)
         rules.append((lowered.name, shape, lowered.rule))
 for name, shape, rule in rules:
-    print(f"{name:36s} {str(shape):20s} {rule}")
+    short = name.replace("contrib_conv2d_winograd_without_weight_transform", "winograd")
+    print(f"{short:36s} {str(shape):20s} {rule}")
 """)
 code("""
 print(sorted(Counter(rule for *_, rule in rules).items()))
-assert {"conv2d_tiled", "direct_splitk", "direct"} <= {rule for *_, rule in rules}
+assert {"conv2d_winograd", "conv2d_tiled", "direct_splitk"} <= {rule for *_, rule in rules}
 """, check=True)
 md("""
-The stem (64 channels of 112 x 112) tiles; the layers of 14 x 14 and 7 x 7 outputs split their
-reduction: 512 channels of 7 x 7 are 25088 outputs, too few work items for a GPU that holds
-270,000 in flight, so eight slices of 64 input channels each make 200,704. The split is a
-schedule primitive, `Schedule.rfactor`, shown here on a row sum:
+Every 3 x 3 stride-1 layer runs Winograd's (`winograd` in the names); the stem (64 channels
+of 112 x 112) tiles; the stride-2 3 x 3 layers of 14 x 14 and 7 x 7 outputs split their
+reduction: 512 channels of
+7 x 7 are 25088 outputs, too few work items for a GPU that holds 270,000 in flight, so eight
+slices of 64 input channels each make 200,704 (Winograd's matrix products, thin at those
+sizes, are cut the same way). The split is a schedule primitive, `Schedule.rfactor`, shown
+here on a row sum:
 """)
 code("""
 from relaybench import te

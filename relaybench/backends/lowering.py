@@ -166,7 +166,9 @@ def _pattern_of(call: Call) -> int:
 
 def anchor_flops(call: Call | None) -> int:
     """Floating-point operations (a multiply-add counts 2) of the anchor call, 0 when the op has no
-    meaningful count."""
+    meaningful count. A Winograd convolution counts as the direct convolution it replaces, so
+    its GFLOP/s is an effective rate, comparable with the direct kernels' (and above the
+    device's peak where the fewer multiplications pay)."""
     if call is None:
         return 0
     name = call.op.name
@@ -178,6 +180,12 @@ def anchor_flops(call: Call | None) -> int:
         from ..ir.layout import Layout
         ext = Layout(call.attrs.kernel_layout).primal_extents(arg_shapes[1])
         return 2 * out_size * ext["I"] * ext["H"] * ext["W"]
+    if name == "nn.contrib_conv2d_winograd_without_weight_transform":
+        # the direct convolution's count (an effective rate: Winograd multiplies less)
+        from ..ir.layout import Layout
+        ext = Layout(call.attrs.kernel_layout).primal_extents(arg_shapes[1])
+        r = ext["H"] - int(call.attrs.tile_size) + 1
+        return 2 * out_size * ext["I"] * r * r
     if name in ("nn.dense", "nn.matmul"):
         k = arg_shapes[1][-1] if name == "nn.dense" or call.attrs.transpose_b else arg_shapes[1][0]
         return 2 * out_size * k

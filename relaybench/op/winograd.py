@@ -378,19 +378,34 @@ def _block(layout: str, plain: str, pattern, what: str) -> int:
     return int(found.group(1))
 
 
-def winograd_conv2d_compute(inputs, attrs, out_type):
+def winograd_conv2d_compute(inputs, attrs, out_type, tiles_inner: bool = False,
+                            pad_tiles: int = 1, split_k: int = 1):
     """Winograd convolution as three stages and the padded input: ``winograd_data_pack``
     (``B^T d B`` of every input tile, ``(alpha, alpha, P, C / x, x)`` for ``P`` tiles and the
     data's channel block ``x``), ``winograd_bgemm`` (for each of the ``alpha^2`` tile positions,
     the products summed over the input channels: ``(alpha, alpha, O / y, P, y)``) and
     ``winograd_conv2d`` (``A^T M A`` cropped, in the output layout). The constant matrices are
     unrolled into the bodies as ``select`` chains over the tile axes, which a schedule unrolling
-    those axes turns into straight-line arithmetic with the zero coefficients left out."""
+    those axes turns into straight-line arithmetic with the zero coefficients left out.
+
+    With ``tiles_inner`` (plain ``NCHW`` / ``HWOI`` only; the GPU's compute) the tiles are the
+    innermost axis of both intermediates, ``(alpha, alpha, C, P)`` and ``(alpha, alpha, O, P)``:
+    a matrix product ``M = U V`` per tile position with ``V`` read along its rows, so
+    neighbouring work items, on neighbouring tiles, read and write neighbouring addresses.
+    ``pad_tiles`` then rounds the tile axis up to a multiple (the transform of a tile past the
+    end is zero), so that a schedule's blocks of tiles are all whole: no guard in the products'
+    inner loop; and the products are ``(S, alpha, alpha, O, P)`` for ``split_k = S`` slices of
+    the input channels, each slice's sum a product of its own (more work items where the
+    products are thin), the output transform adding the ``S`` partial products first."""
     data, weight = inputs
     dt = out_type.dtype
     x_block = _block(attrs.data_layout, "NCHW", _NCHWC, "the data")
     y_block = _block(attrs.out_layout or attrs.data_layout, "NCHW", _NCHWC, "the output")
     w_block = _block(attrs.kernel_layout, "HWOI", _HWOIO, "the transformed weight")
+    if tiles_inner and (x_block, y_block, w_block) != (1, 1, 1):
+        raise CompileError("the Winograd compute with the tiles innermost takes NCHW data and "
+                           f"output and an HWOI weight, not {attrs.data_layout} / "
+                           f"{attrs.out_layout or attrs.data_layout} / {attrs.kernel_layout}")
     m = attrs.tile_size
     alpha = int(weight.shape[0])
     r = alpha - m + 1
@@ -420,17 +435,49 @@ def winograd_conv2d_compute(inputs, attrs, out_type):
                    for j in range(alpha)]
             rows.append(_chain(nu, [_zero_if_none(_lin(b_t[u], col), dt) for u in range(alpha)]))
         return _chain(eps, rows)
-    packed = te.compute((alpha, alpha, tiles, c_blocks, x_block), data_pack,
-                        name="winograd_data_pack")
+    if tiles_inner:
+        padded_tiles = -(-tiles // pad_tiles) * pad_tiles
 
-    rco = te.reduce_axis(c_blocks, name="rco")
-    rci = te.reduce_axis(x_block, name="rci")
+        def pack(eps, nu, c, p):
+            value = data_pack(eps, nu, p, c, 0)
+            if padded_tiles == tiles:
+                return value
+            return te.if_then_else(p < tiles, value, te.cast(dt, 0.0))
+        packed = te.compute((alpha, alpha, c_blocks, padded_tiles), pack,
+                            name="winograd_data_pack")
+        if split_k < 1 or c_blocks % split_k:
+            raise CompileError(f"the Winograd compute: split_k={split_k} does not divide the "
+                               f"{c_blocks} input channels")
+        per_slice = c_blocks // split_k
+        rc = te.reduce_axis(per_slice, name="rc")
+        product = te.compute(
+            (split_k, alpha, alpha, o_blocks, padded_tiles),
+            lambda sl, eps, nu, k, p: te.sum(
+                te.cast(dt, weight[eps, nu, k, sl * per_slice + rc])
+                * packed[eps, nu, sl * per_slice + rc, p], axis=[rc]),
+            name="winograd_bgemm")
 
-    def bgemm(eps, nu, k, p, col):
-        ci = rco * x_block + rci
-        u = weight[eps, nu, k, ci, col] if w_block > 1 else weight[eps, nu, k, ci]
-        return te.sum(packed[eps, nu, p, rco, rci] * te.cast(dt, u), axis=[rco, rci])
-    product = te.compute((alpha, alpha, o_blocks, tiles, w_block), bgemm, name="winograd_bgemm")
+        def at_product(e, u, k, p, col):
+            out = product[0, e, u, k, p]
+            for sl in range(1, split_k):
+                out = out + product[sl, e, u, k, p]
+            return out
+    else:
+        packed = te.compute((alpha, alpha, tiles, c_blocks, x_block), data_pack,
+                            name="winograd_data_pack")
+
+        rco = te.reduce_axis(c_blocks, name="rco")
+        rci = te.reduce_axis(x_block, name="rci")
+
+        def bgemm(eps, nu, k, p, col):
+            ci = rco * x_block + rci
+            u = weight[eps, nu, k, ci, col] if w_block > 1 else weight[eps, nu, k, ci]
+            return te.sum(packed[eps, nu, p, rco, rci] * te.cast(dt, u), axis=[rco, rci])
+        product = te.compute((alpha, alpha, o_blocks, tiles, w_block), bgemm,
+                             name="winograd_bgemm")
+
+        def at_product(e, u, k, p, col):
+            return product[e, u, k, p, col]
 
     def inverse(*i):
         b, ob, y, x = i[:4]
@@ -440,7 +487,7 @@ def winograd_conv2d_compute(inputs, attrs, out_type):
             co = ob * y_block + i[4] if y_block > 1 else ob
             k, col = co // w_block, co % w_block
         p = (b * nh + y // m) * nw + x // m
-        mm = [[product[e, u, k, p, col] for u in range(alpha)] for e in range(alpha)]
+        mm = [[at_product(e, u, k, p, col) for u in range(alpha)] for e in range(alpha)]
         rows = []
         for hi in range(m):
             s = [_zero_if_none(_lin(a_t[hi], [mm[e][u] for e in range(alpha)]), dt)

@@ -7,10 +7,10 @@ import pytest
 from relaybench.testing.fuzz import check_seed
 
 FIRST_SEED = 50_000
-CHUNKS = 15
-PER_CHUNK = 20       # 300 programs
-DEVICE_EVERY = 4
-"""The OpenCL configuration runs every fourth program: each program is a new OpenCL build,
+CHUNKS = 12
+PER_CHUNK = 20       # 240 programs
+DEVICE_EVERY = 6
+"""The OpenCL configuration runs every sixth program: each program is a new OpenCL build,
 about a second of PoCL's compiler on a cold cache, where the CPU configurations' kernels come
 from the kernel cache or compile in milliseconds (``make fuzz`` runs every program on every
 configuration)."""

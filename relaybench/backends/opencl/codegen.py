@@ -36,7 +36,10 @@ How each construct is written:
   ``barrier(CLK_LOCAL_MEM_FENCE)``, any other ``allocate`` inside a kernel a private array of
   each work item. ``bool`` is one byte in memory (``uchar``), as in numpy.
 * **Arithmetic.** Floating point follows the loop IR as written: ``#pragma OPENCL FP_CONTRACT
-  OFF`` keeps ``a * b + c`` two roundings (the evaluator's and the references'), and the program
+  OFF`` keeps ``a * b + c`` two roundings (the evaluator's and the references'), except a
+  reduction's accumulation ``acc = acc + a * b``, which is ``fma(a, b, acc)`` (as the LLVM
+  backend contracts its vectorized sums; the order of a reduction's sum differs between
+  backends anyway), and the program
   is built with correctly rounded division and square root where the device offers it. Signed
   integer ``+ - *`` on data wrap (computed unsigned, as numpy wraps; C leaves signed overflow
   undefined), 8- and 16-bit results are truncated back to their width. ``//`` and ``%`` are
@@ -93,6 +96,7 @@ import numpy as np
 
 from ...errors import CompileError
 from ...te import loop_ir as L
+from ...te.simplify import simplify_stmt
 
 __all__ = ["generate", "program_text", "OpenCLSource", "KernelLaunch", "DeviceFeatures",
            "CTYPES"]
@@ -313,6 +317,11 @@ def _int_literal(value: int, dtype: str) -> str:
 
 
 _INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
+
+UNROLL_LIMIT = 16
+"""An ``unrolled`` loop of at most this many iterations (constant bounds) is written out, one
+block per iteration with its variable replaced by the constant and simplified; a longer one is
+a loop under ``#pragma unroll``."""
 
 
 class _Ranges:
@@ -664,6 +673,19 @@ class _Writer:
             self.indent -= 1
             self.emit("}")
             return
+        if (s.kind == "unrolled" and isinstance(s.begin, L.IntImm)
+                and isinstance(s.extent, L.IntImm) and s.extent.value <= UNROLL_LIMIT):
+            # each iteration written out with its constant folded in: the select chains of
+            # Winograd's transforms over the unrolled tile axes become one sum each here, not
+            # in the device compiler after it has copied the whole chain per iteration
+            for value in range(s.begin.value, s.begin.value + s.extent.value):
+                body = simplify_stmt(L.substitute(s.body, {s.var: L.IntImm(value, s.var.dtype)}))
+                self.emit("{")
+                self.indent += 1
+                self.stmt(body)
+                self.indent -= 1
+                self.emit("}")
+            return
         if s.kind == "unrolled":
             self.emit("#pragma unroll")
         end = self._index_text(s.begin + s.extent) if not isinstance(s.begin, L.IntImm) or \
@@ -689,7 +711,9 @@ class _Writer:
 
     def _store(self, s):
         once = self._only_once(s.buffer)
-        value = self.expr(s.value)
+        value = self._accumulate(s)
+        if value is None:
+            value = self.expr(s.value)
         if s.buffer.dtype == "bool":
             value = f"(uchar)({value})"
         line = f"{self.ident(s.buffer)}[{self.offset(s.buffer, s.indices)}] = {value};"
@@ -697,6 +721,23 @@ class _Writer:
             self.emit(line)
         else:
             self.emit(f"if ({once}) {line}")
+
+    def _accumulate(self, s):
+        """A reduction's step ``acc[i] = acc[i] + a * b`` (float, the same element on both
+        sides) as ``fma(a, b, acc[i])``: one rounding instead of two, and one instruction
+        where the device has fused multiply-adds (the rest of the kernel keeps its roundings,
+        ``FP_CONTRACT OFF``). Gives None for any other store."""
+        e = s.value
+        if not (isinstance(e, L.Binary) and e.op == "+" and e.dtype in ("float32", "float64")):
+            return None
+        for acc, product in ((e.a, e.b), (e.b, e.a)):
+            if (isinstance(acc, L.Load) and acc.buffer is s.buffer
+                    and isinstance(product, L.Binary) and product.op == "*"
+                    and product.dtype == e.dtype
+                    and self.offset(acc.buffer, acc.indices) == self.offset(s.buffer, s.indices)):
+                return (f"fma({self.expr(product.a)}, {self.expr(product.b)}, "
+                        f"{self.expr(acc)})")
+        return None
 
     def _let(self, s):
         self.emit("{")

@@ -265,6 +265,7 @@ class OpenCLGraphModule(GraphModule):
         queue = self.device.queue
         on_host = [node.kernel.host for node in self._graph.nodes]
         samples: list = [[] for _ in self._calls]
+        per_launch: dict = {}    # group name -> [seconds of each launch] per call and run
         copy_in, copy_out, whole, device = [], [], [], []
         clock = time.perf_counter
         for _ in range(number):
@@ -297,12 +298,24 @@ class OpenCLGraphModule(GraphModule):
                 seconds = event_seconds(events)
                 samples[i].append(seconds)
                 run_device += seconds
+                if len(events) > 1:
+                    per_launch.setdefault(self._graph.nodes[i].kernel.name, []).append(
+                        [event_seconds([e]) for e in events])
             device.append(run_device)
         table = self._profile_table(samples, number)
         host_names = set(self.host_groups)
         for row in table.groups:
             if row["group"] in host_names:
                 row["rule"] = f"{row['rule']}, timed on the host"
+            launches = per_launch.get(row["group"])
+            if launches and len({len(x) for x in launches}) == 1:
+                # a group of several launches (split-K, Winograd's three stages): each one's
+                # median, in launch order
+                row["launch ms"] = " + ".join(f"{float(np.median(t)) * 1e3:.4f}"
+                                              for t in zip(*launches))
+        if per_launch:   # the column on every row, so that tables show it
+            for row in table.rows:
+                row.setdefault("launch ms", "")
         median_ms = lambda seconds: float(np.median(seconds)) * 1e3  # noqa: E731
         return DeviceProfile(table.rows, table.total_ms, number, device=self.device.name,
                              device_ms=median_ms(device), copy_in_ms=median_ms(copy_in),

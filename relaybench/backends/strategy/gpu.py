@@ -48,6 +48,21 @@ of the group (:meth:`~relaybench.te.Stage.bind`). The rules, by the group's anch
     inputs and weights from device memory, leaving the reuse between work items to the
     device's caches. Each input value read serves ``oc_block`` outputs, each weight
     ``ow_block``, where ``direct`` reads two values per multiply-add.
+``conv2d_winograd``
+    (``RB_GPU_CONV=winograd``, and ``auto`` on a GPU where :func:`_gpu_winograd_pays`) a
+    float32 3 x 3 convolution of stride 1 in Winograd's form, F(4x4, 3x3) (F(2x2, 3x3) below
+    8 x 8 outputs): the OpenCL target's ``FTVMAlterOpLayout`` (:func:`gpu_conv2d_layouts`)
+    replaces the call by the weight's transform (folded at compile time) and
+    ``nn.contrib_conv2d_winograd_without_weight_transform``, data and output staying ``NCHW``,
+    and its compute puts the tiles innermost (:func:`compute`). Three launches: the input
+    transform, one work item per (channel, tile), its ``alpha x alpha`` values unrolled (the
+    select chains over the tile axes fold in the code generator); the ``alpha^2`` matrix
+    products, work groups of 64 output channels x up to 64 tiles, each work item a 4 x 4
+    register tile, the reduction in chunks of 16 input channels copied to local memory, the
+    tile axis padded to whole blocks (no guard in the inner loop), and the input channels cut
+    into slices where the products are thin (:data:`WINOGRAD_SPLIT_ITEMS`); and the output
+    transform, one work item per ``m x m`` output tile, adding the slices and applying the
+    fused epilogue as it stores.
 ``reduce_tree``
     a reduction computed at the root (a group's output, softmax's maximum and sum read by
     its elementwise output, or the anchor of a group with few outputs that an epilogue reads,
@@ -105,8 +120,13 @@ def fused_nn_relu(p0: Buffer((4, 100), "float32"), relu: Buffer((4, 100), "float
 
 from __future__ import annotations
 
+import functools
+
 from ... import config, te
 from ...errors import CompileError
+from ...ir.types import TensorType
+from ...op.registry import register_alter_op_layout
+from ...op.winograd import winograd_conv2d_compute
 from ...te.tensor import ComputeOp
 from .x86 import _too_big_to_inline
 
@@ -123,9 +143,26 @@ TREE_MIN = 64
 shared memory (``reduce_tree``)."""
 
 
+WINOGRAD_OP = "nn.contrib_conv2d_winograd_without_weight_transform"
+
+
 def compute(call, target):
-    """The GPU kernels use every operator's own compute."""
+    """Every operator's own compute, except Winograd convolution in ``NCHW``: its compute with
+    the tiles innermost (``tiles_inner``, see ``conv2d_winograd`` in the module text)."""
+    if call.op.name == WINOGRAD_OP and _plain_winograd(call.attrs):
+        n, oc, oh, ow = (int(d) for d in call.checked_type.shape)
+        ic = int(call.args[0].checked_type.shape[1])
+        m = int(call.attrs.tile_size)
+        tiles = n * -(-oh // m) * -(-ow // m)
+        return functools.partial(winograd_conv2d_compute, tiles_inner=True,
+                                 pad_tiles=_winograd_tile_threads(tiles) * WINOGRAD_REGISTER_TILE,
+                                 split_k=_winograd_split_k(ic, oc, m, tiles))
     return None
+
+
+def _plain_winograd(attrs) -> bool:
+    return (attrs.data_layout == "NCHW" and attrs.kernel_layout == "HWOI"
+            and (attrs.out_layout or "NCHW") == "NCHW")
 
 
 def schedule(group, compute_at: bool = True):
@@ -135,6 +172,10 @@ def schedule(group, compute_at: bool = True):
     :class:`~relaybench.te.ComputeAtError`) no stage is computed inside another's loops.
     """
     s = te.create_schedule(group.outputs)
+    if (compute_at and group.anchor is not None and group.anchor.op.name == WINOGRAD_OP
+            and _plain_winograd(group.anchor.attrs)):
+        _schedule_winograd(s, group)
+        return s, "conv2d_winograd"
     output_ops = {t.op for t in group.outputs}
     keep = _too_big_to_inline(s, output_ops)
     for op in s.ops:
@@ -291,7 +332,7 @@ def _schedule_dense_shared(s, dense) -> set:
 
 # ---- conv2d_tiled
 
-CONV_MODES = ("direct", "splitk", "tiled", "blocked", "auto")
+CONV_MODES = ("direct", "splitk", "tiled", "blocked", "winograd", "auto")
 """The values of ``RB_GPU_CONV``."""
 
 CONV_LOCAL_BYTES = 32 * 1024
@@ -368,6 +409,8 @@ def _split_k_factor(group, op) -> int:
     if anchor is None or anchor.op.name != "nn.conv2d" or not op.reduce_axis:
         return 1
     mode = conv_mode()
+    if mode == "winograd":   # auto's choice for what Winograd does not take
+        mode = "auto"
     if mode != "splitk" and not (mode == "auto" and device_kind(group.target) == "gpu"):
         return 1
     outputs, reduction = 1, 1
@@ -448,6 +491,8 @@ def _conv_tiling(group, op):
     if anchor is None or anchor.op.name != "nn.conv2d":
         return None
     mode = conv_mode()
+    if mode == "winograd":   # auto's choice for what Winograd does not take
+        mode = "auto"
     gpu = mode == "auto" and device_kind(group.target) == "gpu"
     if (mode in ("direct", "splitk") or len(group.outputs) != 1
             or group.outputs[0].shape != op.output.shape):
@@ -517,11 +562,9 @@ def _schedule_conv_tiled(s, group, conv, tiling) -> set:
     result, acc_op = s.op_of(out), s.op_of(acc)
     stage = s[out]
     n, oc, oh, ow = result.axis
-    oc_outer, oc_inner = stage.split(oc, t.oc_threads * t.oc_block)
-    oc_thread, oc_block = stage.split(oc_inner, t.oc_block)
+    oc_outer, oc_thread, oc_block = _tile_axis(stage, oc, t.oc_threads, t.oc_block)
     oh_outer, oh_thread = stage.split(oh, t.oh_threads)
-    ow_outer, ow_inner = stage.split(ow, t.ow_threads * t.ow_block)
-    ow_thread, ow_block = stage.split(ow_inner, t.ow_block)
+    ow_outer, ow_thread, ow_block = _tile_axis(stage, ow, t.ow_threads, t.ow_block)
     stage.reorder(n, oc_outer, oh_outer, ow_outer, oh_thread, oc_thread, ow_thread, oc_block,
                   ow_block)
     pixels = stage.fuse(oh_outer, ow_outer)
@@ -547,19 +590,283 @@ def _schedule_conv_tiled(s, group, conv, tiling) -> set:
     accumulate.unroll(rx)
     accumulate.unroll(a_oc)
     accumulate.unroll(a_ow)
+    _fill_shared(s, caches, accumulate, rc_outer,
+                 [("threadIdx.z", t.oc_threads), ("threadIdx.y", t.oh_threads),
+                  ("threadIdx.x", t.ow_threads)])
+    return {result, acc_op} | {cache.op for cache in caches}
+
+
+def _fill_shared(s, caches, accumulate, at, threads) -> None:
+    """Compute each ``shared`` copy in ``caches`` at ``accumulate``'s loop ``at``, spread over
+    the work group's items ``threads`` (``(tag, extent)``, slowest first): every work item
+    copies neighbouring elements, its linear id in the group (``x + X * (y + Y * z)``) the
+    copy's position in the tile, so reads are coalesced."""
     for cache in caches:
         fill = s[cache]
-        fill.compute_at(accumulate, rc_outer)
-        # every work item copies neighbouring elements: its linear id in the group
-        # (x + X * (y + Y * z)) is the copy's position in the tile, so reads are coalesced
+        fill.compute_at(accumulate, at)
         axes = list(cache.op.axis)
         fused = axes[0]
         for axis in axes[1:]:
             fused = fill.fuse(fused, axis)
-        _, item = fill.split(fused, t.threads)
-        z, yx = fill.split(item, t.oh_threads * t.ow_threads)
-        y, x = fill.split(yx, t.ow_threads)
-        fill.bind(z, "threadIdx.z")
-        fill.bind(y, "threadIdx.y")
-        fill.bind(x, "threadIdx.x")
-    return {result, acc_op} | {cache.op for cache in caches}
+        inner = 1
+        for _, extent in threads:
+            inner *= extent
+        _, item = fill.split(fused, inner)
+        for tag, extent in threads[:-1]:
+            inner //= extent
+            outer, item = fill.split(item, inner)
+            fill.bind(outer, tag)
+        fill.bind(item, threads[-1][0])
+
+
+def _tile_axis(stage, axis, threads: int, block: int) -> tuple:
+    """``axis`` cut for a work group: ``(outer, thread, block)`` loops, ``threads`` work items
+    of ``block`` consecutive elements each per iteration of ``outer``."""
+    outer, inner = stage.split(axis, threads * block)
+    thread, reg = stage.split(inner, block)
+    return outer, thread, reg
+
+
+# ---- conv2d_winograd
+
+WINOGRAD_MIN_CHANNELS = 16
+"""``RB_GPU_CONV=winograd`` (and ``auto`` on a GPU, where :func:`_gpu_winograd_pays`) turns a
+float32 3 x 3 convolution of stride 1, dilation 1 and one group with at least this many input
+and output channels into Winograd's: fewer channels make matrix products too thin to tile."""
+
+GPU_WINOGRAD_MIN_ITEMS = 32768
+GPU_WINOGRAD_MIN_FLOPS = 500e6
+"""``auto`` on a GPU takes Winograd where its matrix products keep at least
+:data:`GPU_WINOGRAD_MIN_ITEMS` work items busy (tile positions x 64-channel blocks x tile
+blocks x slices, 256 work items a group, fewer where the tiles are few), or where the direct
+convolution would take :data:`GPU_WINOGRAD_MIN_FLOPS` or more. Measured with ``bench/gpu.py
+--conv winograd,splitk`` on an H200 (NVIDIA's OpenCL), every 3 x 3 stride-1 layer of
+ResNet-18 and VGG-16, Winograd (fused multiply-adds, whole tile blocks, split-K) against the
+best direct kernel of earlier runs: ResNet-18's 64 channels of 56 x 56 0.055 -> 0.036 ms, 128
+of 28 x 28 0.062 -> 0.035 ms, 256 of 14 x 14 0.065 -> 0.046 ms, 512 of 7 x 7 (F(2x2)) 0.068
+-> 0.048 ms; VGG-16's layers 1.4 to 4.7 times faster (64 channels of 224 x 224 0.232 -> 0.112
+ms, 512 of 28 x 28 0.713 -> 0.150 ms, 512 of 14 x 14 0.225 -> 0.083 ms). All pass the rule;
+what it leaves out (the DQN's 64 channels of 7 x 7: 1024 work items, 7 MFLOP) is too small
+to keep a device busy."""
+
+
+def gpu_winograd_tile(attrs, data, weight, out_type, device: str, mode: str = "",
+                      constant_weight: bool = True) -> int:
+    """The Winograd tile size the OpenCL target takes for an ``nn.conv2d`` call (0: none), by
+    ``mode`` (default ``RB_GPU_CONV``; ``RB_WINOGRAD=off`` turns it off on every target):
+    ``winograd``, F(4x4, 3x3) for every qualifying convolution whose output is
+    8 or more wide and high, F(2x2, 3x3) for smaller ones; ``auto`` on a GPU ``device`` where
+    the weight is a constant (its transform folded at compile time) and
+    :func:`_gpu_winograd_pays`; any other mode none.
+
+    >>> from relaybench.ir.types import TensorType as T
+    >>> attrs = {"kernel_size": (3, 3), "strides": (1, 1), "dilation": (1, 1), "groups": 1,
+    ...          "data_layout": "NCHW", "kernel_layout": "OIHW", "out_layout": ""}
+    >>> x, w = T((1, 512, 28, 28), "float32"), T((512, 512, 3, 3), "float32")
+    >>> y = T((1, 512, 28, 28), "float32")
+    >>> [gpu_winograd_tile(attrs, x, w, y, "cpu", mode) for mode in ("winograd", "auto", "direct")]
+    [4, 0, 0]
+    >>> gpu_winograd_tile(attrs, x, w, y, "gpu", "auto")
+    4
+    """
+    mode = mode or conv_mode()
+    if mode not in ("winograd", "auto") or (mode == "auto" and device != "gpu"):
+        return 0
+    from ...passes.alter_op_layout import winograd_mode
+    if winograd_mode() == "off":
+        return 0
+    if (attrs["data_layout"] != "NCHW" or attrs["kernel_layout"] != "OIHW"
+            or attrs["out_layout"] not in ("", "NCHW")):
+        return 0
+    if not all(isinstance(t, TensorType) and t.is_static for t in (data, weight, out_type)):
+        return 0
+    if (tuple(int(d) for d in weight.shape[2:]) != (3, 3) or tuple(attrs["strides"]) != (1, 1)
+            or tuple(attrs["dilation"]) != (1, 1) or attrs["groups"] != 1
+            or not all(str(t.dtype) == "float32" for t in (data, weight, out_type))):
+        return 0
+    ic, oc = int(data.shape[1]), int(weight.shape[0])
+    oh, ow = int(out_type.shape[2]), int(out_type.shape[3])
+    if min(ic, oc) < WINOGRAD_MIN_CHANNELS:
+        return 0
+    if mode == "auto" and not (constant_weight
+                               and _gpu_winograd_pays(ic, oc, oh, ow, int(out_type.shape[0]))):
+        return 0
+    return 4 if min(oh, ow) >= 8 else 2
+
+
+def _gpu_winograd_pays(ic: int, oc: int, oh: int, ow: int, batch: int) -> bool:
+    """``auto``'s choice of Winograd on a GPU (see :data:`GPU_WINOGRAD_MIN_ITEMS`)."""
+    m = 4 if min(oh, ow) >= 8 else 2
+    tiles = batch * -(-oh // m) * -(-ow // m)
+    items = _winograd_items(oc, m, tiles) * _winograd_split_k(ic, oc, m, tiles)
+    flops = 2 * batch * oc * oh * ow * ic * 9
+    return items >= GPU_WINOGRAD_MIN_ITEMS or flops >= GPU_WINOGRAD_MIN_FLOPS
+
+
+WINOGRAD_SPLIT_ITEMS = 65536
+WINOGRAD_SPLIT_MIN_SLICE = 64
+"""The matrix products of a layer whose tiles keep fewer than :data:`WINOGRAD_SPLIT_ITEMS` work
+items busy are cut along the input channels into 2, 4 or 8 slices of at least
+:data:`WINOGRAD_SPLIT_MIN_SLICE` channels, each slice a product of its own (its own work
+items), the output transform adding them: the later layers of a network at batch 1 (14 x 14
+outputs are 16 tiles of 4 x 4, a product per tile position of 16 columns)."""
+
+
+def _winograd_items(oc: int, m: int, tiles: int) -> int:
+    """Work items of the matrix products of one slice (see :func:`_schedule_winograd`)."""
+    tile_threads = _winograd_tile_threads(tiles)
+    k_threads = min(WINOGRAD_THREADS, -(-oc // WINOGRAD_REGISTER_TILE))
+    groups = (m + 2) ** 2 * -(-oc // (k_threads * WINOGRAD_REGISTER_TILE)) * \
+        -(-tiles // (tile_threads * WINOGRAD_REGISTER_TILE))
+    return groups * k_threads * tile_threads
+
+
+def _winograd_split_k(ic: int, oc: int, m: int, tiles: int) -> int:
+    """The slices of the input channels the matrix products are cut into (see
+    :data:`WINOGRAD_SPLIT_ITEMS`).
+
+    >>> _winograd_split_k(512, 512, 4, 16), _winograd_split_k(128, 128, 4, 49)
+    (4, 2)
+    >>> _winograd_split_k(64, 64, 4, 3136), _winograd_split_k(96, 64, 4, 16)
+    (1, 1)
+    """
+    items = _winograd_items(oc, m, tiles)
+    split = 1
+    while (split < 8 and items * split < WINOGRAD_SPLIT_ITEMS and ic % (split * 2) == 0
+           and ic // (split * 2) >= WINOGRAD_SPLIT_MIN_SLICE):
+        split *= 2
+    return split
+
+
+def _winograd_tile_threads(tiles: int) -> int:
+    """Work items along the tiles in one work group of the matrix products: enough for the
+    tiles at :data:`WINOGRAD_REGISTER_TILE` each, a power of two, at most
+    :data:`WINOGRAD_THREADS`."""
+    need = -(-tiles // WINOGRAD_REGISTER_TILE)
+    return min(WINOGRAD_THREADS, 1 << max(0, (need - 1).bit_length()))
+
+
+def gpu_conv2d_layouts(attrs, inputs, tinfos, out_type):
+    """The OpenCL target's ``FTVMAlterOpLayout`` of ``nn.conv2d``: Winograd's convolution of the
+    weight's transform (``HWOI``, folded at compile time when the weight is a constant) where
+    :func:`gpu_winograd_tile` takes it, data and output staying ``NCHW``; else None (the
+    convolution as it is)."""
+    from ...op.winograd import (contrib_conv2d_winograd_weight_transform,
+                                contrib_conv2d_winograd_without_weight_transform)
+    from ...passes.legalize import TARGET_CONFIG
+    from ...passes.infra import PassContext
+    from ..target import Target
+    data, weight = tinfos
+    value = PassContext.current().get_config(TARGET_CONFIG)
+    target = value if isinstance(value, Target) else Target.parse(str(value or "opencl"))
+    from ...ir.expr import Constant
+    tile = gpu_winograd_tile(attrs, data, weight, out_type, device_kind(target),
+                             constant_weight=isinstance(inputs[1], Constant))
+    if not tile:
+        return None
+    keep = {k: attrs[k] for k in ("padding", "channels", "kernel_size", "out_dtype")}
+    transformed = contrib_conv2d_winograd_weight_transform(inputs[1], tile_size=tile)
+    return contrib_conv2d_winograd_without_weight_transform(
+        inputs[0], transformed, tile_size=tile, data_layout="NCHW", kernel_layout="HWOI",
+        out_layout="", **keep)
+
+
+register_alter_op_layout("nn.conv2d", gpu_conv2d_layouts, level=0, target="opencl")
+
+WINOGRAD_REGISTER_TILE = 4
+"""Output channels, and tiles, of one work item's register tile in the matrix products
+(4 x 4 accumulators)."""
+
+WINOGRAD_THREADS = 16
+"""Work items along the output channels, and at most along the tiles, of one work group of the
+matrix products (16 x 16: a tile of 64 channels x 64 tiles)."""
+
+WINOGRAD_CHUNK = 16
+"""Input channels per step of the matrix products' reduction (both tiles in local memory:
+2 x 64 x 16 floats, 8 KiB)."""
+
+
+def _schedule_winograd(s, group) -> None:
+    """``conv2d_winograd``: three launches. ``winograd_data_pack``, one work item per (input
+    channel, tile) computing the tile's ``alpha x alpha`` transform (unrolled; the padding
+    inlined as reads of zero); ``winograd_bgemm``, the ``alpha^2`` matrix products as
+    ``dense_shared``-like tiles of 64 output channels x up to 64 tiles per work group
+    (:data:`WINOGRAD_THREADS`), each work item a 4 x 4 register tile, the reduction in chunks
+    of :data:`WINOGRAD_CHUNK` input channels copied to local memory; and the output, one work
+    item per ``m x m`` output tile (the inverse transform unrolled and inlined into the fused
+    epilogue: bias, residual, relu)."""
+    packed = _named_op(s, "winograd_data_pack")
+    product = _named_op(s, "winograd_bgemm")
+    output_ops = {t.op for t in group.outputs}
+    for op in s.ops:   # the padding and the inverse transform go into their readers
+        if (isinstance(op, ComputeOp) and op not in output_ops and not op.reduce_axis
+                and op is not packed and not s[op].inlined):
+            s[op].compute_inline()
+
+    # the input transform: work items over (channel, tile), the tile positions unrolled
+    stage = s[packed]
+    eps, nu, c, p = packed.axis
+    stage.reorder(c, p, eps, nu)
+    _bind_elements(stage, [c, p])
+    stage.unroll(eps)
+    stage.unroll(nu)
+
+    # the matrix products
+    tiles = int(product.axis[4].extent)
+    channels = int(product.axis[3].extent)
+    reduction = int(product.reduce_axis[0].extent)
+    rt = WINOGRAD_REGISTER_TILE
+    p_threads = _winograd_tile_threads(tiles)
+    k_threads = min(WINOGRAD_THREADS, -(-channels // rt))   # as _gpu_winograd_pays counts
+    chunk = next(c for c in (WINOGRAD_CHUNK, 8, 4, 2, 1) if reduction % c == 0)
+    acc = s.cache_write(product.output)
+    acc_op, copy = s.op_of(acc), s[product]
+    weight = next(t for t in acc_op.inputs if t.op is not packed)
+    caches = [s.cache_read(t, "shared", [s[acc]]) for t in (weight, packed.output)]
+    sl, e, u, k, p = product.axis
+    eu = copy.fuse(copy.fuse(sl, e), u)
+    k_outer, k_thread, k_reg = _tile_axis(copy, k, k_threads, rt)
+    p_outer, p_thread, p_reg = _tile_axis(copy, p, p_threads, rt)
+    copy.reorder(eu, k_outer, p_outer, k_thread, p_thread, k_reg, p_reg)
+    copy.bind(eu, "blockIdx.z")
+    copy.bind(k_outer, "blockIdx.y")
+    copy.bind(p_outer, "blockIdx.x")
+    copy.bind(k_thread, "threadIdx.y")
+    copy.bind(p_thread, "threadIdx.x")
+    copy.unroll(k_reg)
+    copy.unroll(p_reg)
+    accumulate = s[acc]
+    accumulate.set_scope("local")
+    accumulate.compute_at(copy, p_thread)
+    a_s, a_e, a_u, a_k, a_p = acc_op.axis
+    (rc,) = acc_op.reduce_axis
+    rc_outer, rc_inner = accumulate.split(rc, chunk)
+    accumulate.reorder(rc_outer, rc_inner, a_s, a_e, a_u, a_k, a_p)
+    accumulate.unroll(rc_inner)
+    accumulate.unroll(a_k)
+    accumulate.unroll(a_p)
+    _fill_shared(s, caches, accumulate, rc_outer,
+                 [("threadIdx.y", k_threads), ("threadIdx.x", p_threads)])
+
+    # the output: one work item per m x m tile of one channel, the tile unrolled
+    m = group.anchor.attrs.tile_size
+    for out in group.outputs:
+        stage = s[s.op_of(out)]
+        axes = list(stage.op.axis)
+        if len(axes) != 4:
+            schedule_injective(s, stage.op)
+            continue
+        n, k, y, x = axes
+        y_outer, y_inner = stage.split(y, m)
+        x_outer, x_inner = stage.split(x, m)
+        stage.reorder(n, k, y_outer, x_outer, y_inner, x_inner)
+        _bind_elements(stage, [n, k, y_outer, x_outer])
+        stage.unroll(y_inner)
+        stage.unroll(x_inner)
+
+
+def _named_op(s, name: str):
+    found = [op for op in s.ops if isinstance(op, ComputeOp) and op.name == name]
+    if len(found) != 1:
+        raise CompileError(f"conv2d_winograd: expected one stage {name!r}, found {len(found)}")
+    return found[0]

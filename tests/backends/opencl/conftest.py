@@ -40,3 +40,20 @@ def device():
 def target():
     """The target string naming that device's platform, as a user would write it."""
     return "opencl"
+
+
+@pytest.fixture(scope="session")
+def small_resnet18():
+    """ResNet-18 on 16 x 16 images (10 classes), a seeded input and the interpreter's output:
+    ``(mod, params, input name, input, expected)``."""
+    import numpy as np
+
+    import relaybench as rb
+    mod, params = rb.models.get("resnet18", image_shape=(3, 16, 16), num_classes=10)
+    main = mod["main"]
+    data = main.params[0]
+    x = np.random.default_rng(0).uniform(
+        0, 1, tuple(int(d) for d in data.type_annotation.shape)).astype("float32")
+    expected = rb.create_executor("interpreter", mod=mod).evaluate()(
+        x, *[params[p.name_hint] for p in main.params[1:]])
+    return mod, params, data.name_hint, x, np.asarray(expected)
