@@ -187,37 +187,39 @@ comp = rb.experiments.composability(["dqn"], targets="opencl", number=1, repeat=
 comp.table()
 """)
 md("""
-On an H100 (`relaybench reproduce composability --targets opencl`, 224x224 inputs), speedup over
+On an H200 (`relaybench reproduce composability --targets opencl`, 224x224 inputs), speedup over
 every operator its own kernel:
 
 | configuration | ResNet-18 | MobileNet V2 | DQN | VGG-16 |
 |---|---:|---:|---:|---:|
-| + FuseOps | 2.75 | 4.72 | 1.56 | 1.06 |
-| + FoldConstant | 3.08 | 9.99 | 1.66 | 1.06 |
-| + ... CanonicalizeOps | 3.09 | 10.00 | 1.66 | 1.06 |
-| + AlterOpLayout | 3.11 | 9.55 | 1.67 | 1.07 |
+| + FuseOps | 2.84 | 4.71 | 1.53 | 1.04 |
+| + FoldConstant | 3.15 | 8.77 | 1.62 | 1.05 |
+| + ... CanonicalizeOps | 3.14 | 9.13 | 1.57 | 1.05 |
+| + AlterOpLayout | 3.82 | 8.83 | 1.58 | 2.47 |
 
-As the paper finds, fusion is the largest step on a GPU (on the CPU, notebook 8, it is layout
-alteration): every unfused operator is a launch and a round trip through device memory.
-FoldConstant doubles MobileNet V2 again (its batch norms' arithmetic on constants), and
-AlterOpLayout does nothing: the GPU keeps NCHW.
+As the paper finds, fusion is the largest step on a GPU for most models (on the CPU, notebook 8,
+it is layout alteration): every unfused operator is a launch and a round trip through device
+memory. FoldConstant doubles MobileNet V2 again (its batch norms' arithmetic on constants).
+AlterOpLayout changes no layout here (the GPU keeps NCHW) but it is where the OpenCL target
+turns 3 x 3 convolutions into Winograd's form, VGG-16's largest step (2.35x).
 
 ## On a real GPU
 
-`python bench/gpu.py` on an NVIDIA H100 (NVIDIA's OpenCL platform), batch 1, 224x224 images,
-against PyTorch eager on CUDA in the same run (`bench/RESULTS.md` holds the full tables):
+`python bench/gpu.py` on an NVIDIA H200 (NVIDIA's OpenCL platform), batch 1, 224x224 images,
+against PyTorch eager on CUDA in the same run, with its defaults (TF32 convolutions) and in
+float32 (`bench/RESULTS.md` holds the full tables):
 
-| model | relaybench ms (end to end) | kernels ms | PyTorch CUDA ms |
-| --- | ---: | ---: | ---: |
-| DQN | 0.19 | 0.08 | 0.29 |
-| ResNet-18 | 1.33 | 1.08 | 1.65 |
-| MobileNet V2 | 1.10 | 0.74 | 3.20 |
-| VGG-16 | 4.52 | 4.25 | 1.08 |
+| model | relaybench ms (end to end) | kernels ms | PyTorch CUDA ms | PyTorch float32 ms |
+| --- | ---: | ---: | ---: | ---: |
+| DQN | 0.23 | 0.09 | 0.21 | 0.16 |
+| ResNet-18 | 1.08 | 0.79 | 1.56 | 1.60 |
+| MobileNet V2 | 1.14 | 0.77 | 3.61 | 3.29 |
+| VGG-16 | 1.85 | 1.54 | 1.44 | 2.05 |
 
-Every model agrees with PyTorch. relaybench is faster than PyTorch eager on three of the four;
-VGG-16's convolutions of 28 x 28 and 14 x 14 pixels (half its time, at 4 to 5 TFLOP/s of fp32)
-against cuDNN's tensor cores are what is left: tiles that fill the device at few pixels,
-Winograd or implicit GEMM.
+Every model agrees with PyTorch. relaybench is faster than PyTorch eager's float32 on ResNet-18,
+MobileNet V2 and VGG-16 (Winograd's convolutions: 2.4x on VGG-16 over the direct kernels);
+PyTorch's TF32 tensor cores stay ahead on VGG-16, and the DQN's run is mostly the host's
+(copies and launches around 0.09 ms of kernels).
 """)
 nb = nbf.v4.new_notebook(cells=cells)
 nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
