@@ -72,6 +72,7 @@ from .registry import OpDef, OpPattern, register
 __all__ = ["contrib_conv2d_winograd_weight_transform",
            "contrib_conv2d_winograd_without_weight_transform", "winograd_matrices",
            "winograd_float_matrices", "winograd_weight_transform_matrix", "POINTS",
+           "winograd_weight_transform_blocked",
            "winograd_conv2d_compute"]
 
 POINTS = (Fraction(0), Fraction(1), Fraction(-1), Fraction(2), Fraction(-2), Fraction(1, 2),
@@ -208,6 +209,48 @@ def winograd_weight_transform_matrix(tile_size: int, kernel_size: int = 3) -> np
     """
     _, g, _ = winograd_float_matrices(tile_size, kernel_size)
     return np.kron(g, g)
+
+
+def winograd_weight_transform_blocked(w, tile_size: int, block: int):
+    """``layout_transform(weight_transform(w), "HWOI", f"HWOI{block}o")`` in one step, or None
+    when ``block`` does not divide the output channels: the same matrix product as the weight
+    transform's reference with the kernels taken in ``(O / block, I, block)`` order, which
+    writes the blocked layout directly (what FoldConstant folds the x86 Winograd weights to,
+    with no second pass over the transformed weights, four times the size of the weights). The
+    values are the two steps' up to the product's last bit (the matrix library may round a
+    column differently by its position).
+
+    >>> import numpy as np
+    >>> from relaybench.ir.layout import Layout
+    >>> w = np.random.default_rng(0).standard_normal((32, 8, 3, 3)).astype("float32")
+    >>> u = _weight_transform_reference(w, _TileAttrs(4))
+    >>> blocked = winograd_weight_transform_blocked(w, 4, 16)
+    >>> two_steps = Layout("HWOI").transform_array(u, "HWOI16o")
+    >>> blocked.shape, bool(np.allclose(blocked, two_steps, rtol=1e-7, atol=1e-7))
+    ((6, 6, 2, 8, 16), True)
+    """
+    w = np.asarray(w)
+    o, i, kh, kw = w.shape
+    if block <= 0 or o % block:
+        return None
+    alpha = tile_size + kh - 1
+    k = winograd_weight_transform_matrix(tile_size, kh)
+    flat = np.ascontiguousarray(
+        w.reshape(o // block, block, i, kh * kw).transpose(0, 2, 1, 3)).reshape(o * i, kh * kw)
+    shape = (alpha, alpha, o // block, i, block)
+    if w.dtype == np.float32:
+        out = np.empty(shape, np.float32)
+        np.matmul(k.astype(np.float32), flat.T, out=out.reshape(alpha * alpha, o * i))
+        return out
+    u = np.matmul(k, flat.T.astype(np.float64))
+    return np.ascontiguousarray(u.reshape(shape), dtype=w.dtype)
+
+
+class _TileAttrs:
+    """The one attribute the weight transform's reference reads."""
+
+    def __init__(self, tile_size: int):
+        self.tile_size = tile_size
 
 
 def _weight_transform_reference(w, attrs):

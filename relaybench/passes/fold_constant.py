@@ -34,6 +34,8 @@ fn (%x: Tensor[(2), float32]) -> (Tensor[(2), float32], Tensor[(1), int32]) {
 
 from __future__ import annotations
 
+import re
+
 from typing import Optional
 
 import numpy as np
@@ -138,6 +140,9 @@ class _ConstantFolder(FusedAwareMutator):
     def children_to_visit(self, expr: Expr):
         if isinstance(expr, Let):
             return ()  # visit_let walks the chain: each binding before the body
+        if _blocked_transform_of(expr) is not None:
+            # the weight, not its transform: both calls fold in one step (visit_call)
+            return (_blocked_transform_of(expr).args[0],)
         return super().children_to_visit(expr)
 
     # ---- nodes -------------------------------------------------------------------------------
@@ -183,6 +188,10 @@ class _ConstantFolder(FusedAwareMutator):
                 if folded is not None:
                     return folded
             elif call.args:  # calls without arguments are not folded
+                if op.name == "layout_transform":
+                    folded = self._blocked_weight_transform(call)
+                    if folded is not None:
+                        return folded
                 args = [self.visit(a) for a in call.args]
                 if all(_is_constant(a) for a in args):
                     folded = self._evaluate(call, op.opdef, args)
@@ -197,6 +206,24 @@ class _ConstantFolder(FusedAwareMutator):
             return Constant(np.array(t.shape, dtype=call.attrs.dtype).reshape(len(t.shape)))
         return None
 
+    def _blocked_weight_transform(self, call: Call) -> Optional[Constant]:
+        """``layout_transform(nn.contrib_conv2d_winograd_weight_transform(w), HWOI ->
+        HWOI{b}o)`` of a constant ``w`` (the x86 Winograd weights) folded in one step
+        (:func:`~relaybench.op.winograd.winograd_weight_transform_blocked`): the values of
+        folding the two calls one after the other (to the last bit of a float32 product),
+        without the pass over the unblocked transform."""
+        inner = _blocked_transform_of(call)
+        if inner is None:
+            return None
+        match = re.fullmatch(r"HWOI(\d+)o", call.attrs.dst_layout)
+        weight = self.visit(inner.args[0])
+        if not isinstance(weight, Constant) or weight.data.ndim != 4:
+            return None
+        from ..op.winograd import winograd_weight_transform_blocked
+        value = winograd_weight_transform_blocked(weight.data, int(inner.attrs.tile_size),
+                                                  int(match.group(1)))
+        return None if value is None else _as_expr(value, self.type_of(call))
+
     def _evaluate(self, call: Call, opdef, args: list) -> Optional[Expr]:
         """The call's value as a constant expression, computed by the operator's reference (what
         the interpreter runs); None if it cannot be computed here."""
@@ -207,6 +234,22 @@ class _ConstantFolder(FusedAwareMutator):
         except Exception:  # the call fails at run time too, if it ever runs: leave it there
             return None
         return _as_expr(value, self.type_of(call))
+
+
+def _blocked_transform_of(expr):
+    """The Winograd weight transform ``expr`` puts in a blocked layout, when ``expr`` is
+    ``layout_transform(nn.contrib_conv2d_winograd_weight_transform(w), "HWOI", "HWOI{b}o")``;
+    else None."""
+    if not (isinstance(expr, Call) and isinstance(expr.op, Op)
+            and expr.op.name == "layout_transform" and len(expr.args) == 1):
+        return None
+    inner = expr.args[0]
+    if (isinstance(inner, Call) and isinstance(inner.op, Op) and len(inner.args) == 1
+            and inner.op.name == "nn.contrib_conv2d_winograd_weight_transform"
+            and expr.attrs.src_layout == "HWOI"
+            and re.fullmatch(r"HWOI\d+o", expr.attrs.dst_layout)):
+        return inner
+    return None
 
 
 def fold_constant(func: Function, mod=None) -> Function:

@@ -310,3 +310,28 @@ def test_deep_chain_with_nothing_to_fold_comes_back_unchanged():
         y = op.add(y, one)
     before = rb.passes.InferType()(fn([x], y))
     assert fold(before) is before
+
+
+def test_blocked_winograd_weights_fold_in_one_step(monkeypatch):
+    """``layout_transform(weight_transform(w), HWOI -> HWOI16o)`` of a constant (the x86
+    Winograd weights) folds to the two steps' values without computing the unblocked
+    transform: the weight transform's own reference is never called."""
+    from relaybench.ir.expr import Constant
+    from relaybench.ir.layout import Layout
+    from relaybench.op import layout_transform, registry
+    from relaybench.op.winograd import (_TileAttrs, _weight_transform_reference,
+                                        contrib_conv2d_winograd_weight_transform)
+    w = np.random.default_rng(3).standard_normal((32, 24, 3, 3)).astype("float32")
+    expected = Layout("HWOI").transform_array(_weight_transform_reference(w, _TileAttrs(4)),
+                                              "HWOI16o")
+    expr = layout_transform(contrib_conv2d_winograd_weight_transform(rb.const(w), tile_size=4),
+                            src_layout="HWOI", dst_layout="HWOI16o")
+    opdef = registry.get_opdef("nn.contrib_conv2d_winograd_weight_transform")
+
+    def unexpected(*args):
+        raise AssertionError("the unblocked transform was computed")
+    monkeypatch.setattr(opdef, "reference", unexpected)
+    folded = rb.passes.FoldConstant()(rb.IRModule.from_expr(rb.Function([], expr)))
+    body = folded["main"].body
+    assert isinstance(body, Constant) and body.data.shape == (6, 6, 2, 24, 16)
+    np.testing.assert_allclose(body.data, expected, rtol=1e-6, atol=1e-6)
