@@ -123,7 +123,7 @@ KNOBS: Mapping[str, Knob] = _table(
          "second launch where the outputs are few), tiled (work groups of output tiles, input "
          "and weight chunks in local memory), blocked (the same tiles read from device memory, "
          "no local copies), winograd (Winograd's F(4x4,3x3) or F(2x2,3x3) for every 3x3 "
-         "stride-1 layer of 16 channels or more, auto's choice for the others), auto (per "
+         "stride-1 layer, auto's choice for the others), auto (per "
          "layer: on a GPU Winograd where the layer is large enough, else tiled where the tiles "
          "fill the device, splitk elsewhere; on a CPU device tiled where the shape suits it); "
          "the rule name in lib.profile() says which ran"),

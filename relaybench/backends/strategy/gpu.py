@@ -629,11 +629,6 @@ def _tile_axis(stage, axis, threads: int, block: int) -> tuple:
 
 # ---- conv2d_winograd
 
-WINOGRAD_MIN_CHANNELS = 16
-"""``RB_GPU_CONV=winograd`` (and ``auto`` on a GPU, where :func:`_gpu_winograd_pays`) turns a
-float32 3 x 3 convolution of stride 1, dilation 1 and one group with at least this many input
-and output channels into Winograd's: fewer channels make matrix products too thin to tile."""
-
 GPU_WINOGRAD_MIN_ITEMS = 32768
 GPU_WINOGRAD_MIN_FLOPS = 500e6
 """``auto`` on a GPU takes Winograd where its matrix products keep at least
@@ -654,10 +649,11 @@ def gpu_winograd_tile(attrs, data, weight, out_type, device: str, mode: str = ""
                       constant_weight: bool = True) -> int:
     """The Winograd tile size the OpenCL target takes for an ``nn.conv2d`` call (0: none), by
     ``mode`` (default ``RB_GPU_CONV``; ``RB_WINOGRAD=off`` turns it off on every target):
-    ``winograd``, F(4x4, 3x3) for every qualifying convolution whose output is
-    8 or more wide and high, F(2x2, 3x3) for smaller ones; ``auto`` on a GPU ``device`` where
-    the weight is a constant (its transform folded at compile time) and
-    :func:`_gpu_winograd_pays`; any other mode none.
+    ``winograd``, F(4x4, 3x3) for every qualifying convolution (float32, 3 x 3, stride 1,
+    dilation 1, one group, ``NCHW`` / ``OIHW``) whose output is 8 or more wide and high,
+    F(2x2, 3x3) for smaller ones; ``auto`` on a GPU ``device`` where the weight is a constant
+    (its transform folded at compile time) and :func:`_gpu_winograd_pays`; any other mode
+    none.
 
     >>> from relaybench.ir.types import TensorType as T
     >>> attrs = {"kernel_size": (3, 3), "strides": (1, 1), "dilation": (1, 1), "groups": 1,
@@ -686,8 +682,6 @@ def gpu_winograd_tile(attrs, data, weight, out_type, device: str, mode: str = ""
         return 0
     ic, oc = int(data.shape[1]), int(weight.shape[0])
     oh, ow = int(out_type.shape[2]), int(out_type.shape[3])
-    if min(ic, oc) < WINOGRAD_MIN_CHANNELS:
-        return 0
     if mode == "auto" and not (constant_weight
                                and _gpu_winograd_pays(ic, oc, oh, ow, int(out_type.shape[0]))):
         return 0
@@ -792,7 +786,9 @@ def _schedule_winograd(s, group) -> None:
     inlined as reads of zero); ``winograd_bgemm``, the ``alpha^2`` matrix products as
     ``dense_shared``-like tiles of 64 output channels x up to 64 tiles per work group
     (:data:`WINOGRAD_THREADS`), each work item a 4 x 4 register tile, the reduction in chunks
-    of :data:`WINOGRAD_CHUNK` input channels copied to local memory; and the output, one work
+    of :data:`WINOGRAD_CHUNK` input channels copied to local memory, one product per slice
+    of the input channels where the compute cut them (:func:`_winograd_split_k`); and the
+    output, one work
     item per ``m x m`` output tile (the inverse transform unrolled and inlined into the fused
     epilogue: bias, residual, relu)."""
     packed = _named_op(s, "winograd_data_pack")

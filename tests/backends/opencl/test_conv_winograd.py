@@ -49,15 +49,22 @@ def _rules(mod, target="opencl -device=cpu") -> list:
             for node in extract_graph(fused["main"]).nodes]
 
 
-def test_winograd_convolutions_agree_with_the_interpreter(target):
-    inputs = _inputs(CONVOLUTIONS)
-    expected = rb.create_executor("interpreter", mod=CONVOLUTIONS).evaluate()(*inputs.values())
+def _winograd_build_agrees(mod, target, seed=0):
+    """``mod`` built with ``RB_GPU_CONV=winograd``, after checking its outputs against the
+    interpreter's on seeded random inputs."""
+    inputs = _inputs(mod, seed=seed)
+    expected = rb.create_executor("interpreter", mod=mod).evaluate()(*inputs.values())
     with config.Context(RB_GPU_CONV="winograd"):
-        lib = rb.build(CONVOLUTIONS, target=target, opt_level=3)
+        lib = rb.build(mod, target=target, opt_level=3)
     got = lib.run(**inputs)
     for value, want in zip(got, expected):
         np.testing.assert_allclose(value, want, rtol=1e-4,
-                                   atol=1e-5 * float(np.abs(want).max()))
+                                   atol=1e-5 * max(float(np.abs(want).max()), 1.0))
+    return lib
+
+
+def test_winograd_convolutions_agree_with_the_interpreter(target):
+    lib = _winograd_build_agrees(CONVOLUTIONS, target)
     rules = sorted(k.rule for k in lib.kernels if "conv2d" in k.name)
     assert rules.count("conv2d_winograd") == 4, rules
     source = lib.source("opencl")
@@ -145,7 +152,7 @@ def test_the_knob_chooses_winograd():
 
 
 @pytest.mark.parametrize("shape, tile", [((1, 64, 56, 56), 4), ((1, 64, 7, 7), 2),
-                                         ((1, 8, 56, 56), 0)])
+                                         ((1, 3, 56, 56), 4)])
 def test_winograd_tile_by_output_size(shape, tile):
     from relaybench.ir.types import TensorType
     attrs = {"kernel_size": (3, 3), "strides": (1, 1), "dilation": (1, 1), "groups": 1,
@@ -153,3 +160,41 @@ def test_winograd_tile_by_output_size(shape, tile):
     x = TensorType(shape, "float32")
     w = TensorType((shape[1], shape[1], 3, 3), "float32")
     assert gpu_winograd_tile(attrs, x, w, x, "gpu", "winograd") == tile
+
+
+def _random_convolutions(seed: int, count: int):
+    """``count`` 3 x 3 stride-1 convolutions of seeded random shapes (1 to 20 channels, 3 to 12
+    pixels, batch 1 or 2, padding 0 to 2 on each side, uneven too), each with a random epilogue
+    (none, bias and relu, a residual add), side by side in one module."""
+    rng = np.random.default_rng(seed)
+    params, outputs = [], []
+    for i in range(count):
+        n, c, k = int(rng.integers(1, 3)), int(rng.integers(1, 21)), int(rng.integers(1, 21))
+        h, w = int(rng.integers(3, 13)), int(rng.integers(3, 13))
+        pads = [int(p) for p in rng.integers(0, 3, 4)]
+        x = rb.var(f"x{i}", shape=(n, c, h, w))
+        weight = rb.var(f"w{i}", shape=(k, c, 3, 3))
+        params += [x, weight]
+        y = rb.op.nn.conv2d(x, weight, padding=pads, channels=k, kernel_size=(3, 3))
+        oh, ow = h + pads[0] + pads[2] - 2, w + pads[1] + pads[3] - 2
+        epilogue = int(rng.integers(0, 3))
+        if epilogue == 1:
+            bias = rb.var(f"b{i}", shape=(k,))
+            params.append(bias)
+            y = rb.op.nn.relu(rb.op.nn.bias_add(y, bias))
+        elif epilogue == 2:
+            residual = rb.var(f"r{i}", shape=(n, k, oh, ow))
+            params.append(residual)
+            y = rb.op.add(y, residual)
+        outputs.append(y)
+    return rb.IRModule.from_expr(rb.Function(params, rb.Tuple(outputs)))
+
+
+def test_random_winograd_convolutions_agree_with_the_interpreter(target):
+    """A small differential test of the Winograd groups (the random-program tester's
+    convolutions are rarely 3 x 3 with stride and dilation 1 in NCHW): eight seeded random
+    shapes, paddings and epilogues, every one in Winograd's form, against the interpreter."""
+    lib = _winograd_build_agrees(_random_convolutions(7, 8), target, seed=2)
+    rules = [k.rule for k in lib.kernels if "conv2d" in k.name and "weight_transform" not in
+             k.name.replace("without_weight_transform", "")]
+    assert rules.count("conv2d_winograd") == 8, rules
