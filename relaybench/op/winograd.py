@@ -220,10 +220,10 @@ def winograd_weight_transform_blocked(w, tile_size: int, block: int):
     values are the two steps' up to the product's last bit (the matrix library may round a
     column differently by its position).
 
-    >>> import numpy as np
+    >>> from types import SimpleNamespace
     >>> from relaybench.ir.layout import Layout
     >>> w = np.random.default_rng(0).standard_normal((32, 8, 3, 3)).astype("float32")
-    >>> u = _weight_transform_reference(w, _TileAttrs(4))
+    >>> u = _weight_transform_reference(w, SimpleNamespace(tile_size=4))
     >>> blocked = winograd_weight_transform_blocked(w, 4, 16)
     >>> two_steps = Layout("HWOI").transform_array(u, "HWOI16o")
     >>> blocked.shape, bool(np.allclose(blocked, two_steps, rtol=1e-7, atol=1e-7))
@@ -233,24 +233,8 @@ def winograd_weight_transform_blocked(w, tile_size: int, block: int):
     o, i, kh, kw = w.shape
     if block <= 0 or o % block:
         return None
-    alpha = tile_size + kh - 1
-    k = winograd_weight_transform_matrix(tile_size, kh)
-    flat = np.ascontiguousarray(
-        w.reshape(o // block, block, i, kh * kw).transpose(0, 2, 1, 3)).reshape(o * i, kh * kw)
-    shape = (alpha, alpha, o // block, i, block)
-    if w.dtype == np.float32:
-        out = np.empty(shape, np.float32)
-        np.matmul(k.astype(np.float32), flat.T, out=out.reshape(alpha * alpha, o * i))
-        return out
-    u = np.matmul(k, flat.T.astype(np.float64))
-    return np.ascontiguousarray(u.reshape(shape), dtype=w.dtype)
-
-
-class _TileAttrs:
-    """The one attribute the weight transform's reference reads."""
-
-    def __init__(self, tile_size: int):
-        self.tile_size = tile_size
+    rows = w.reshape(o // block, block, i, kh * kw).transpose(0, 2, 1, 3)
+    return _transform_kernels(rows, tile_size, (o // block, i, block))
 
 
 def _weight_transform_reference(w, attrs):
@@ -260,17 +244,24 @@ def _weight_transform_reference(w, attrs):
     stays within a few ulps); the arithmetic is otherwise float64."""
     w = np.asarray(w)
     o, i, kh, kw = w.shape
-    alpha = attrs.tile_size + kh - 1
-    k = winograd_weight_transform_matrix(attrs.tile_size, kh)
-    flat = np.ascontiguousarray(w).reshape(o * i, kh * kw)
-    if w.dtype == np.float32:
+    return _transform_kernels(w.reshape(o, i, kh * kw), attrs.tile_size, (o, i))
+
+
+def _transform_kernels(kernels, tile_size: int, shape: tuple):
+    """``G g G^T`` of each flattened ``r x r`` kernel of ``kernels`` (``(..., r * r)``, in the
+    order the result takes them), as ``(alpha, alpha) + shape``."""
+    r = int(round(kernels.shape[-1] ** 0.5))
+    alpha = tile_size + r - 1
+    k = winograd_weight_transform_matrix(tile_size, r)
+    flat = np.ascontiguousarray(kernels).reshape(-1, r * r)
+    if kernels.dtype == np.float32:
         # written straight into an array of the result's shape, which owns its memory, so a
         # folded constant can hold it without a copy (a reshaped view would be copied)
-        out = np.empty((alpha, alpha, o, i), np.float32)
-        np.matmul(k.astype(np.float32), flat.T, out=out.reshape(alpha * alpha, o * i))
+        out = np.empty((alpha, alpha) + tuple(shape), np.float32)
+        np.matmul(k.astype(np.float32), flat.T, out=out.reshape(alpha * alpha, flat.shape[0]))
         return out
     u = np.matmul(k, flat.T.astype(np.float64))
-    return np.ascontiguousarray(u.reshape(alpha, alpha, o, i), dtype=w.dtype)
+    return np.ascontiguousarray(u.reshape((alpha, alpha) + tuple(shape)), dtype=kernels.dtype)
 
 
 def _lin(coefficients, terms):

@@ -319,10 +319,12 @@ def test_blocked_winograd_weights_fold_in_one_step(monkeypatch):
     from relaybench.ir.expr import Constant
     from relaybench.ir.layout import Layout
     from relaybench.op import layout_transform, registry
-    from relaybench.op.winograd import (_TileAttrs, _weight_transform_reference,
+    from types import SimpleNamespace
+
+    from relaybench.op.winograd import (_weight_transform_reference,
                                         contrib_conv2d_winograd_weight_transform)
     w = np.random.default_rng(3).standard_normal((32, 24, 3, 3)).astype("float32")
-    expected = Layout("HWOI").transform_array(_weight_transform_reference(w, _TileAttrs(4)),
+    expected = Layout("HWOI").transform_array(_weight_transform_reference(w, SimpleNamespace(tile_size=4)),
                                               "HWOI16o")
     expr = layout_transform(contrib_conv2d_winograd_weight_transform(rb.const(w), tile_size=4),
                             src_layout="HWOI", dst_layout="HWOI16o")

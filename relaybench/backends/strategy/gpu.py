@@ -745,15 +745,15 @@ def gpu_conv2d_layouts(attrs, inputs, tinfos, out_type):
     weight's transform (``HWOI``, folded at compile time when the weight is a constant) where
     :func:`gpu_winograd_tile` takes it, data and output staying ``NCHW``; else None (the
     convolution as it is)."""
+    from ...ir.expr import Constant
     from ...op.winograd import (contrib_conv2d_winograd_weight_transform,
                                 contrib_conv2d_winograd_without_weight_transform)
-    from ...passes.legalize import TARGET_CONFIG
     from ...passes.infra import PassContext
+    from ...passes.legalize import TARGET_CONFIG
     from ..target import Target
     data, weight = tinfos
     value = PassContext.current().get_config(TARGET_CONFIG)
     target = value if isinstance(value, Target) else Target.parse(str(value or "opencl"))
-    from ...ir.expr import Constant
     tile = gpu_winograd_tile(attrs, data, weight, out_type, device_kind(target),
                              constant_weight=isinstance(inputs[1], Constant))
     if not tile:
@@ -788,9 +788,8 @@ def _schedule_winograd(s, group) -> None:
     (:data:`WINOGRAD_THREADS`), each work item a 4 x 4 register tile, the reduction in chunks
     of :data:`WINOGRAD_CHUNK` input channels copied to local memory, one product per slice
     of the input channels where the compute cut them (:func:`_winograd_split_k`); and the
-    output, one work
-    item per ``m x m`` output tile (the inverse transform unrolled and inlined into the fused
-    epilogue: bias, residual, relu)."""
+    output, one work item per ``m x m`` output tile (the inverse transform unrolled and
+    inlined into the fused epilogue: bias, residual, relu)."""
     packed = _named_op(s, "winograd_data_pack")
     product = _named_op(s, "winograd_bgemm")
     output_ops = {t.op for t in group.outputs}
