@@ -35,7 +35,6 @@ fn (%x: Tensor[(2), float32]) -> (Tensor[(2), float32], Tensor[(1), int32]) {
 from __future__ import annotations
 
 import re
-
 from typing import Optional
 
 import numpy as np
@@ -140,9 +139,10 @@ class _ConstantFolder(FusedAwareMutator):
     def children_to_visit(self, expr: Expr):
         if isinstance(expr, Let):
             return ()  # visit_let walks the chain: each binding before the body
-        if _blocked_transform_of(expr) is not None:
+        inner = _blocked_transform_of(expr)
+        if inner is not None:
             # the weight, not its transform: both calls fold in one step (visit_call)
-            return (_blocked_transform_of(expr).args[0],)
+            return (inner.args[0],)
         return super().children_to_visit(expr)
 
     # ---- nodes -------------------------------------------------------------------------------
