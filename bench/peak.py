@@ -1,9 +1,10 @@
 """The machine's reference rates, measured in the same run as the kernels they are compared with.
 
 * :func:`fma_peak`: fused multiply-adds per second with nothing else in the way: a kernel written
-  in loop IR and compiled by relaybench's LLVM backend, where each thread updates 24 independent
-  vector accumulators (``acc = acc * x + y``) in registers for many iterations. With AVX-512 that
-  is 32 floating-point operations per instruction, two instructions per cycle per core.
+  in loop IR and compiled by relaybench's LLVM backend, where each thread updates independent
+  vector accumulators (``acc = acc * x + y``) in registers for many iterations: 24 of 16 lanes
+  with AVX-512 (32 floating-point operations per instruction, two instructions per cycle per
+  core), 12 of 8 lanes without (16 registers of 8 floats; 24 vectors of 16 would spill).
 * :func:`sgemm_rate`: numpy's float32 matrix product (its BLAS) on 2048 x 2048 matrices, the rate
   a convolution written as a matrix product could reach.
 
@@ -23,14 +24,19 @@ os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
 import numpy as np  # noqa: E402
 
-ACCUMULATORS = 24
-LANES = 16
 ITERATIONS = 200_000
+
+
+def _shape() -> tuple:
+    """(accumulators, lanes) that fill this host's vector registers without spilling."""
+    from relaybench.backends.strategy.x86 import narrow_host
+    return (12, 8) if narrow_host() else (24, 16)
 
 
 def _fma_kernel(threads: int):
     from relaybench.backends.llvm import build_kernel
     from relaybench.te import loop_ir as L
+    ACCUMULATORS, LANES = _shape()
 
     x = L.Buffer("x", (2,), "float32")
     out = L.Buffer("out", (threads, ACCUMULATORS * LANES), "float32")
@@ -53,12 +59,13 @@ def _fma_kernel(threads: int):
 def fma_peak(threads: int, repeat: int = 5) -> float:
     """GFLOP/s of independent vector FMAs on ``threads`` threads (the best of ``repeat``)."""
     kernel = _fma_kernel(threads)
+    accumulators, lanes = _shape()
     x = np.array([0.999999, 1e-7], "float32")
-    out = np.empty((threads, ACCUMULATORS * LANES), "float32")
+    out = np.empty((threads, accumulators * lanes), "float32")
     run = kernel.bind(x, out, num_threads=threads)
     run()
     best = min(_timed(run) for _ in range(repeat))
-    return 2 * ACCUMULATORS * LANES * ITERATIONS * threads / best / 1e9
+    return 2 * accumulators * lanes * ITERATIONS * threads / best / 1e9
 
 
 def sgemm_rate(threads: int, n: int = 2048, repeat: int = 5, set_threads=None) -> float:

@@ -62,8 +62,9 @@ print(task.space.table())
 md("""
 The rule's own choice (the default, which is what an untuned build compiles) follows the host's
 vector registers: with AVX-512 (32 registers) it tiles 7 columns by 2 channel blocks; without
-(16 registers, a vector of 16 floats taking two) 1 column by 2 blocks, since a larger tile would
-spill its accumulators to the stack.
+(16 registers, a vector of 16 floats taking two) 7 columns of 8 lanes, half a block, the two
+halves one after the other (`vector`): a tile of whole blocks would be 1 column wide (7 has no
+divisor from 2 to 4), and a wider one would spill its accumulators to the stack.
 """)
 code("""
 from relaybench.backends.strategy.x86 import narrow_host
@@ -71,13 +72,13 @@ print("this host has", 16 if narrow_host() else 32, "vector registers; default:"
 """)
 md("""
 A config changes the loop nest the kernel is made of: the default, and another config, 7 columns
-by 4 blocks with the window loops outside the channel blocks:
+by 4 blocks of 16 lanes with the window loops outside the channel blocks:
 """)
 code("""
 from relaybench.backends.lowering import lower_primitive
 
 func = autotune.task_function(task.workload)
-other = dict(task.space.default(), tile_ow=7, tile_oc=4, reduce_order="window_first")
+other = dict(task.space.default(), tile_ow=7, tile_oc=4, reduce_order="window_first", vector=16)
 nests = []
 for config in (task.space.default(), other):
     with autotune.ApplyConfig({task.workload.key: config}):
@@ -128,22 +129,24 @@ plt.show()
 md("""
 ## Tuned against untuned
 
-A log of this machine's tuning of ResNet-18, MobileNet V2 and the DQN ships with the package
-(`relaybench/autotune/logs`), so nothing is tuned again here. It was measured on one thread: the
-machine is shared, and a two-thread kernel whose second core is taken by other work waits for it
-on every call, which favours configs with less parallelism; a config still applies to builds with
-any number of threads. `apply_history_best` makes `build` use the fastest measured config of
-every workload the log knows, and the default elsewhere; the kernel cache is keyed by the loop IR,
-so tuned and untuned kernels are cached side by side. A shipped log stands only for hosts with the
-vector registers of the CPU it was measured on (the one shipped: Zen 4, with AVX-512, 32
-registers): on a host without AVX-512 `shipped_logs()` is empty and the tuned build is the
-default one, whose tiles already follow the host's 16 registers.
+Logs of the tuning of ResNet-18, MobileNet V2 and the DQN ship with the package
+(`relaybench/autotune/logs`), so nothing is tuned again here. They were measured on one thread:
+the machine is shared, and a two-thread kernel whose second core is taken by other work waits for
+it on every call, which favours configs with less parallelism; a config still applies to builds
+with any number of threads, and the spaces leave out configs whose parallel loop has a single
+iteration. `apply_history_best` makes `build` use the fastest measured config of every workload
+the log knows, and the default elsewhere; the kernel cache is keyed by the loop IR, so tuned and
+untuned kernels are cached side by side. A shipped log stands only for hosts with the vector
+registers of the CPU it was measured on: `x86_znver4.jsonl` for AVX-512 (32 registers),
+`x86_znver3.jsonl` for AVX2 (16 registers). Builds use the shipped log of their host by default
+(`RB_AUTOTUNE_LOG=shipped`); the untuned build below sets the knob empty.
 """)
 code("""
 logs = autotune.shipped_logs()
 print([p.name for p in logs])
 data = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype("float32")
-untuned = rb.build(mod, target="llvm", params=params)
+with rb.config.Context(RB_AUTOTUNE_LOG=""):   # the strategies' own configs
+    untuned = rb.build(mod, target="llvm", params=params)
 with autotune.apply_history_best(logs) as best:
     tuned = rb.build(mod, target="llvm", params=params)
 print("workloads with a tuned config:", len(best.used), "of", len(tasks))

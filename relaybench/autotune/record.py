@@ -119,7 +119,8 @@ def best_by_workload(records, margin: float = DEFAULT_MARGIN) -> dict:
     measured several times (the search's confirmation round) counts by the median of its
     records, so one lucky measurement on a busy machine does not decide; the record returned is
     that config's median one. The default config keeps its place unless another was measured
-    faster by more than ``margin`` (a fraction of the default's time)."""
+    faster by more than ``margin`` (a fraction of the default's time). A config that the
+    template's space now excludes (a constraint added since it was measured) is passed over."""
     by_config: dict = {}
     for record in records:
         if not record.ok:
@@ -129,6 +130,8 @@ def best_by_workload(records, margin: float = DEFAULT_MARGIN) -> dict:
     best: dict = {}
     defaults: dict = {}
     for (workload_key, config_text), rows in by_config.items():
+        if not _still_valid(rows[0]):
+            continue
         rows = sorted(rows, key=lambda r: r.cost)
         middle = rows[(len(rows) - 1) // 2]
         if _is_default(middle):
@@ -139,6 +142,17 @@ def best_by_workload(records, margin: float = DEFAULT_MARGIN) -> dict:
         if best[key] is not default and best[key].cost > default.cost * (1 - margin):
             best[key] = default
     return best
+
+
+def _still_valid(record) -> bool:
+    """Whether ``record``'s config is one of its template's space today (True for a template
+    this package does not define)."""
+    from ..backends.strategy.x86 import TEMPLATES
+    make = TEMPLATES.get(record.workload.template)
+    if make is None:
+        return True
+    space = make(record.workload)
+    return space.valid(space.complete(record.config))
 
 
 def _is_default(record) -> bool:

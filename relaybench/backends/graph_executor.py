@@ -591,22 +591,22 @@ class GraphModule:
             raise ExecutionError(f"no input named {name!r}; the inputs are "
                                  f"{', '.join(self.input_names) or 'none'}",
                                  input_name=name, expected=self.input_names, given=name)
-        expected = spec.type_text
+        dtype = np.dtype(spec.dtype)
         if isinstance(value, np.ndarray):
             array = value
         else:
             try:
-                array = np.asarray(value, dtype=spec.dtype)
+                array = np.asarray(value, dtype=dtype)
             except (TypeError, ValueError) as err:
                 given = type(value).__name__
-                raise ExecutionError(f"input {name!r}: cannot convert {given} to {expected}: {err}",
-                                     input_name=name, expected=expected, given=given) from None
-        given = _tensor_text(array.shape, array.dtype.name)
-        if array.dtype != np.dtype(spec.dtype):
-            raise ExecutionError(f"input {name!r}: wrong dtype: expected {expected}, given {given}",
-                                 input_name=name, expected=expected, given=given)
-        if array.shape != spec.shape:
-            raise ExecutionError(f"input {name!r}: wrong shape: expected {expected}, given {given}",
+                raise ExecutionError(f"input {name!r}: cannot convert {given} to "
+                                     f"{spec.type_text}: {err}", input_name=name,
+                                     expected=spec.type_text, given=given) from None
+        if array.dtype != dtype or array.shape != spec.shape:
+            # the messages are made only for a wrong input: a run's checks stay cheap
+            expected, given = spec.type_text, _tensor_text(array.shape, array.dtype.name)
+            what = "dtype" if array.dtype != dtype else "shape"
+            raise ExecutionError(f"input {name!r}: wrong {what}: expected {expected}, given {given}",
                                  input_name=name, expected=expected, given=given)
         return array
 

@@ -94,7 +94,8 @@ from ._layout_rules import rewrite_layouts
 from .infra import module_pass
 from .legalize import current_target, load_target_policies
 
-__all__ = ["AlterOpLayout", "channel_block", "int8_channel_block", "x86_conv2d_layouts", "current_max_block"]
+__all__ = ["AlterOpLayout", "channel_block", "int8_channel_block", "register_channel_block",
+           "x86_conv2d_layouts", "current_max_block"]
 
 _MAX_BLOCK: ContextVar = ContextVar("alter_op_layout_max_block", default=16)
 
@@ -135,10 +136,29 @@ def int8_channel_block(channels: int, max_block: int = 16) -> int:
     return channel_block(channels, max_block)
 
 
-def x86_conv2d_layouts(attrs, inputs, tinfos, out_type, max_block: Optional[int] = None) -> Optional[dict]:
+def register_channel_block(channels: int, max_block: int = 16, register: int = 0) -> int:
+    """:func:`channel_block`, but whole registers of ``register`` lanes where ``channels`` allows
+    it: the largest multiple of ``register`` up to ``max_block`` that divides ``channels``. On a
+    host whose registers hold 8 floats, 24 channels make 3 blocks of 8 rather than 2 of 12 (a
+    register and a half, whose tiles the 16 registers fit badly).
+
+    >>> register_channel_block(24), register_channel_block(24, 16, 8), register_channel_block(48, 16, 8)
+    (12, 8, 16)
+    >>> register_channel_block(3, 16, 8), register_channel_block(20, 16, 8)
+    (3, 10)
+    """
+    block = channel_block(channels, max_block)
+    if register and block % register and channels % register == 0:
+        block = max(b for b in range(register, max_block + 1, register) if channels % b == 0)
+    return block
+
+
+def x86_conv2d_layouts(attrs, inputs, tinfos, out_type, max_block: Optional[int] = None,
+                       register: int = 0) -> Optional[dict]:
     """The x86 ``FTVMAlterOpLayout`` of ``nn.conv2d``: the blocked layouts for one call (the
     attributes to change), or None to leave it. ``max_block`` defaults to the running pass's
-    option (:func:`current_max_block`)."""
+    option (:func:`current_max_block`); float blocks are whole registers of ``register`` lanes
+    where the channels allow it (:func:`register_channel_block`; 0: any divisor)."""
     if max_block is None:
         max_block = current_max_block()
     if (attrs["data_layout"] != "NCHW" or attrs["kernel_layout"] != "OIHW"
@@ -153,7 +173,8 @@ def x86_conv2d_layouts(attrs, inputs, tinfos, out_type, max_block: Optional[int]
     if str(data.dtype) in ("int8", "uint8") and str(weight.dtype) in ("int8", "uint8"):
         ic, oc = int8_channel_block(in_channels, max_block), int8_channel_block(out_channels, max_block)
     else:
-        ic, oc = channel_block(in_channels, max_block), channel_block(out_channels, max_block)
+        ic = register_channel_block(in_channels, max_block, register)
+        oc = register_channel_block(out_channels, max_block, register)
     if groups == 1:
         from ..ir.expr import Constant
         tile = winograd_tile(attrs, data, weight, out_type, ic, oc,

@@ -117,10 +117,12 @@ def reference_result(case: Case):
     return run(*case.ordered(case.mod["main"]))
 
 
-def _graph(opt_level: int):
+def _graph(opt_level: int, **knobs):
     def run(case: Case):
         from ..backends.build import build
-        lib = build(case.mod, target="llvm", params=case.params, opt_level=opt_level)
+        from ..config import Context
+        with Context(**knobs):
+            lib = build(case.mod, target="llvm", params=case.params, opt_level=opt_level)
         return lib.run(**case.free_inputs)
     return run
 
@@ -197,7 +199,9 @@ CONFIGS: dict = {c.name: c for c in [
     Config("graph-O0", "rb.build at opt_level 0, graph executor (LLVM)", _graph(0)),
     Config("graph-O1", "rb.build at opt_level 1, graph executor (LLVM)", _graph(1)),
     Config("graph-O2", "rb.build at opt_level 2, graph executor (LLVM)", _graph(2)),
-    Config("graph-O3", "rb.build at opt_level 3, graph executor (LLVM)", _graph(3)),
+    Config("graph-O3", "rb.build at opt_level 3 with RB_WINOGRAD=on (every 3x3 stride-1 "
+           "float32 convolution in Winograd's form), graph executor (LLVM)",
+           _graph(3, RB_WINOGRAD="on")),
     Config("pipeline-O0", "default_pipeline(0), then the interpreter", _pipeline(0)),
     Config("pipeline-O1", "default_pipeline(1), then the interpreter", _pipeline(1)),
     Config("pipeline-O2", "default_pipeline(2), then the interpreter", _pipeline(2)),
@@ -221,17 +225,19 @@ class NotApplicable(Exception):
     outcome is ``skipped``)."""
 
 
-def _opencl(opt_level: int):
+def _opencl(opt_level: int, **knobs):
     def run(case: Case):
         from ..backends.build import build
         from ..backends.opencl import get_device
+        from ..config import Context
         features = get_device("opencl").features
         used = set(_float_dtypes(case.mod))
         for dtype, present, extension in (("float16", features.fp16, "cl_khr_fp16"),
                                           ("float64", features.fp64, "cl_khr_fp64")):
             if dtype in used and not present:
                 raise NotApplicable(f"{dtype}: the device {features.name} lacks {extension}")
-        lib = build(case.mod, target="opencl", params=case.params, opt_level=opt_level)
+        with Context(**knobs):
+            lib = build(case.mod, target="opencl", params=case.params, opt_level=opt_level)
         return lib.run(**case.free_inputs)
     return run
 
@@ -242,8 +248,10 @@ def _opencl_present() -> bool:
 
 
 if _opencl_present():  # the OpenCL backend's extra is installed (PoCL, or a GPU's driver)
-    CONFIGS["opencl-O3"] = Config("opencl-O3", "rb.build(target='opencl') at opt_level 3, "
-                                  "graph executor on the OpenCL device", _opencl(3))
+    CONFIGS["opencl-O3"] = Config("opencl-O3", "rb.build(target='opencl') at opt_level 3 "
+                                  "with RB_GPU_CONV=winograd (every 3x3 stride-1 float32 "
+                                  "convolution in Winograd's form), graph executor on the "
+                                  "OpenCL device", _opencl(3, RB_GPU_CONV="winograd"))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -914,6 +914,10 @@ def _from_nchw(shape, layout: str) -> tuple:
 
 
 def _gen_conv2d(g: _Grower):
+    if g.chance(0.3):
+        x = g.tensor(lambda v: v.ndim == 4 and v.dtype == "float32" and not v.layout,
+                     shape=_image_shape(g), dtype="float32")
+        return _winograd_conv2d(g, x)
     dl = g.choice(["NCHW", "NHWC"])
     kl = g.choice(["OIHW", "HWIO"] if dl == "NHWC" else ["OIHW", "OIHW", "HWIO"])
     dtype = g.choice(["float32", "float32", "float64", "int32"])
@@ -948,6 +952,24 @@ def _gen_conv2d(g: _Grower):
         attrs["out_layout"] = g.choice(["NCHW", "NHWC"])
     k = (c // groups) * kh * kw
     return g.call("nn.conv2d", [x, weight], attrs, bound=x.bound * weight.bound * k,
+                  frac=x.frac + weight.frac)
+
+
+def _winograd_conv2d(g: _Grower, x: Value):
+    """A float32 NCHW/OIHW convolution of Winograd's kind (3x3, stride 1, dilation 1, one
+    group), which AlterOpLayout rewrites into the weight transform and the Winograd
+    convolution where ``RB_WINOGRAD`` (llvm) or ``RB_GPU_CONV`` (opencl) says so; padded so
+    that the output has at least one pixel."""
+    n, c, h, w = x.shape
+    channels = g.dim(1, 8)
+    pads = [g.int(0, 2) for _ in range(4)]
+    pads[0] = max(pads[0], 3 - h - pads[2])
+    pads[1] = max(pads[1], 3 - w - pads[3])
+    weight = g.leaf((channels, c, 3, 3), "float32", weight=True)
+    attrs = {"strides": (1, 1), "padding": tuple(pads), "dilation": (1, 1), "groups": 1,
+             "channels": channels, "kernel_size": (3, 3), "data_layout": "NCHW",
+             "kernel_layout": "OIHW"}
+    return g.call("nn.conv2d", [x, weight], attrs, bound=x.bound * weight.bound * c * 9,
                   frac=x.frac + weight.frac)
 
 

@@ -48,11 +48,11 @@ CONV = autotune.Workload(
 
 @pytest.mark.parametrize("config", [
     {"tile_ow": 12, "tile_oc": 2, "reduce_order": "window_first", "unroll_rx": True,
-     "parallel": "oc"},
+     "parallel": "oc", "vector": 16},
     {"tile_ow": 3, "tile_oc": 4, "reduce_order": "channels_first", "unroll_rx": False,
-     "parallel": "oc_row"},
+     "parallel": "oc_row", "vector": 16},
     {"tile_ow": 1, "tile_oc": 1, "reduce_order": "window_first", "unroll_rx": False,
-     "parallel": "oc_row"},
+     "parallel": "oc_row", "vector": 16},
 ])
 def test_conv2d_nchwc_configs_match_numpy(config):
     rng = np.random.default_rng(0)
@@ -80,13 +80,54 @@ def test_dense_widths_match_numpy(width, unroll):
     assert f"vectorized({width})" in loops
 
 
+def test_half_block_vectors_match_numpy(monkeypatch):
+    """On a host of 16 vector registers a tile may hold 8 of a block's 16 lanes per register
+    (``vector``), the halves one after the other; the values stay the convolution's."""
+    monkeypatch.setattr(x86, "narrow_host", lambda: True)
+    space = x86.space_of(CONV)
+    assert space.knobs[-1].name == "vector" and space.knobs[-1].values == (16, 8)
+    config = {"tile_ow": 6, "tile_oc": 2, "reduce_order": "channels_first", "unroll_rx": True,
+              "parallel": "oc", "vector": 8}
+    assert space.valid(config)
+    rng = np.random.default_rng(3)
+    data = rng.standard_normal(CONV.arg_shapes[0]).astype("float32")
+    weight = rng.standard_normal(CONV.arg_shapes[1]).astype("float32")
+    out, loops = _run(autotune.task_function(CONV), config, CONV, [data, weight])
+    np.testing.assert_allclose(out, _conv_nchwc_numpy(data, weight, 1, 1), rtol=1e-4, atol=1e-3)
+    assert "for conv2d_NCHWc_local_oci_c in vectorized(8)" in loops
+
+
+def test_a_width_of_seven_takes_half_block_rows_without_avx512(monkeypatch):
+    """The default on a host of 16 registers for 7 columns (no divisor from 2 to 4): a row of
+    seven 8-lane vectors of one block."""
+    monkeypatch.setattr(x86, "narrow_host", lambda: True)
+    w = autotune.Workload(
+        "conv2d_NCHWc", ((1, 4, 7, 7, 16), (6, 4, 1, 1, 16, 16)), ("float32", "float32"),
+        (1, 6, 7, 7, 16), "float32", CONV.attrs)
+    default = x86.space_of(w).default()
+    assert (default["tile_ow"], default["tile_oc"], default["vector"]) == (7, 1, 8)
+
+
 def test_an_invalid_config_falls_back_to_the_default():
     space = x86.space_of(CONV)
     bad = {"tile_ow": 12, "tile_oc": 4, "reduce_order": "channels_first", "unroll_rx": False,
-           "parallel": "oc"}     # 48 accumulators: more than the register file
+           "parallel": "oc", "vector": 16}     # 48 accumulators: more than the register file
     assert not space.valid(bad)
     with autotune.ApplyConfig({CONV.key: bad}):
         assert autotune.config_for(CONV, space) == space.default()
+    # every output-channel block in one tile, threads sharing the blocks: one parallel
+    # iteration, no work for a second thread
+    serial = dict(space.default(), tile_oc=4, tile_ow=1, parallel="oc")
+    assert not space.valid(serial) and space.valid(dict(serial, parallel="oc_row"))
+
+
+def test_a_logged_config_the_space_now_excludes_is_passed_over():
+    space = x86.space_of(CONV)
+    serial = dict(space.default(), tile_oc=4, tile_ow=1, parallel="oc")
+    fine = dict(serial, parallel="oc_row")
+    records = [autotune.Record(CONV, serial, [1e-5]), autotune.Record(CONV, fine, [2e-5]),
+               autotune.Record(CONV, space.default(), [4e-5])]
+    assert autotune.best_by_workload(records)[CONV.key].config == fine
 
 
 def test_a_tuned_resnet_block_computes_what_the_interpreter_does(tmp_path):
@@ -109,7 +150,7 @@ def @main(%x: Tensor[(1, 32, 14, 14), float32], %w1: Tensor[(32, 32, 3, 3), floa
     records = []
     for task in tasks:
         config = dict(task.space.default(), tile_ow=7, tile_oc=2, reduce_order="window_first",
-                      parallel="oc")
+                      parallel="oc_row")
         assert task.space.valid(config)
         records.append(autotune.Record(task.workload, config, [1e-4], flops=task.flops))
         records.append(autotune.Record(task.workload, task.space.default(), [2e-4]))
@@ -148,9 +189,9 @@ DEPTHWISE = autotune.Workload(
 
 @pytest.mark.parametrize("config", [
     {"tile_ow": 5, "tile_oc": 2, "reduce_order": "window_first", "unroll_rx": True,
-     "parallel": "oc"},
+     "parallel": "oc_row", "vector": 16},
     {"tile_ow": 10, "tile_oc": 1, "reduce_order": "channels_first", "unroll_rx": False,
-     "parallel": "oc_row"},
+     "parallel": "oc", "vector": 16},
 ])
 def test_depthwise_configs_match_numpy(config):
     rng = np.random.default_rng(3)

@@ -103,8 +103,7 @@ def test_a_targets_registration_applies_to_that_target_only():
 
 def test_the_x86_layout_policy_is_the_llvm_registration():
     from relaybench.backends.strategy import x86  # noqa: F401  (registers the llvm policy)
-    from relaybench.passes.alter_op_layout import x86_conv2d_layouts
-    assert get_op_attr("nn.conv2d", "FTVMAlterOpLayout", target="llvm") is x86_conv2d_layouts
+    assert get_op_attr("nn.conv2d", "FTVMAlterOpLayout", target="llvm") is x86._conv2d_layouts
     assert get_op_attr("nn.conv2d", "FTVMAlterOpLayout") is None        # not for every target
     assert ("nn.conv2d", "FTVMAlterOpLayout", 0, "llvm") in op_attr_registrations("nn.conv2d")
 

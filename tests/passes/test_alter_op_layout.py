@@ -345,6 +345,34 @@ def @main(%x: Tensor[(1, 16, 4, 4), float32], %w: Tensor[(32, 16, 1, 1), float32
         alter(before, max_block=0)
 
 
+@pytest.mark.parametrize("narrow", [False, True])
+def test_blocks_of_whole_registers_without_avx512(monkeypatch, narrow):
+    """On a host of 8-float registers (no AVX-512) 24 channels are 3 blocks of 8, not 2 of 12
+    (a register and a half); 32 stay in 2 blocks of 16. The built network still computes the
+    convolutions."""
+    from relaybench.backends.strategy import x86
+    monkeypatch.setattr(x86, "narrow_host", lambda: narrow)
+    before = rb.parse(H + """
+def @main(%x: Tensor[(1, 32, 6, 6), float32], %w: Tensor[(24, 32, 1, 1), float32],
+          %v: Tensor[(32, 24, 3, 3), float32]) {
+  %0 = nn.relu(nn.conv2d(%x, %w, channels=24, kernel_size=[1, 1]));
+  nn.conv2d(%0, %v, padding=[1, 1, 1, 1], channels=32, kernel_size=[3, 3])
+}""")
+    after = alter(before)
+    first, second = calls(after, "nn.conv2d")
+    block = 8 if narrow else 12
+    assert (first.attrs["data_layout"], first.attrs["out_layout"]) == ("NCHW16c", f"NCHW{block}c")
+    assert (second.attrs["data_layout"], second.attrs["kernel_layout"]) == \
+        (f"NCHW{block}c", f"OIHW{block}i16o")
+    check_same_outputs(before, after)
+    rng = np.random.default_rng(4)
+    args = [rng.standard_normal([int(d) for d in p.type_annotation.shape]).astype("float32")
+            for p in before["main"].params]
+    lib = rb.build(before, target="llvm", opt_level=3)
+    got = lib.run(**{p.name_hint: a for p, a in zip(before["main"].params, args)})
+    np.testing.assert_allclose(got, run(before, *args), rtol=1e-4, atol=1e-4)
+
+
 def test_let_and_if_get_values_in_the_original_layout():
     # the rewriter follows dataflow only; at a let or an if the value is transformed back
     before = rb.parse(H + """

@@ -19,6 +19,7 @@ how ``profile`` and ``benchmark`` read the device's time of each kernel.
 
 from __future__ import annotations
 
+import os
 import threading
 import warnings
 from dataclasses import dataclass
@@ -49,7 +50,17 @@ _programs: dict = {}
 _disk = ProgramCache()
 
 
+POCL_WORK_GROUP_METHOD = "loops"
+"""How PoCL turns a kernel into a work group's code, unless the environment says otherwise
+(``POCL_WORK_GROUP_METHOD``). Its default, ``auto`` (a method chosen per kernel), miscompiled
+a Winograd matrix product whose local-memory copy is guarded inside a loop with barriers (a
+1-channel output: the process crashed, PoCL 3.0); ``loops`` and ``loopvec`` run it, and
+``loops`` compiles fastest (the Winograd tests: 84 s against 126 s on an empty cache). PoCL
+reads it when it builds a program."""
+
+
 def _cl():
+    os.environ.setdefault("POCL_WORK_GROUP_METHOD", POCL_WORK_GROUP_METHOD)
     try:
         import pyopencl
     except ImportError:
@@ -170,6 +181,11 @@ def get_device(target) -> Device:
             max_work_item_sizes=tuple(int(n) for n in device.max_work_item_sizes[:3]),
             kind=_type_name(device))
         options = list(BUILD_OPTIONS)
+        if POCL_PLATFORM in device.platform.name:
+            # a mark in the options, which PoCL's own cache keys on: kernels it compiled with
+            # another work-group method are not read back
+            method = os.environ.get("POCL_WORK_GROUP_METHOD", POCL_WORK_GROUP_METHOD)
+            options.append(f"-DRB_POCL_WORK_GROUP_{''.join(c for c in method if c.isalnum())}")
         if device.single_fp_config & cl.device_fp_config.CORRECTLY_ROUNDED_DIVIDE_SQRT:
             options.append("-cl-fp32-correctly-rounded-divide-sqrt")
         key = (f"{device.platform.name.strip()}/{device.name.strip()}/{device.version.strip()}/"

@@ -97,7 +97,15 @@ __all__ = ["compute", "schedule", "VECTOR_BYTES", "PARALLEL_MIN_WORK", "TEMPLATE
 # The layout policy of this target: AlterOpLayout on llvm blocks NCHW convolutions for these
 # schedules (``conv2d_NCHWc``). Registered at level 0, the library's own level, which no scope
 # undoes; a user's registration at a higher level replaces it.
-register_alter_op_layout("nn.conv2d", x86_conv2d_layouts, level=0, target="llvm")
+def _conv2d_layouts(attrs, inputs, tinfos, out_type):
+    """:func:`x86_conv2d_layouts` with float channel blocks of whole registers on a host without
+    AVX-512 (8 lanes: 24 channels in 3 blocks of 8, not 2 of 12). MobileNet V2's 24-channel
+    layers ran 1.5-3x faster so on an AVX2 host (``bench/RESULTS.md``)."""
+    return x86_conv2d_layouts(attrs, inputs, tinfos, out_type,
+                              register=8 if narrow_host() else 0)
+
+
+register_alter_op_layout("nn.conv2d", _conv2d_layouts, level=0, target="llvm")
 
 
 def _vnni_applies(data_type, weight_type, out_type) -> bool:
@@ -548,19 +556,28 @@ def conv2d_nchwc_space(workload):
     columns where the blocks do not pair) and a depthwise one 4 columns of one block (2 columns
     for a block of 12 lanes): measured on ResNet-18's and MobileNet V2's layers (AMD EPYC, AVX2),
     the 14-column tiles spilled and ran 1.3-3.3x (depthwise 1.4-2.5x) slower, and the 12-lane
-    layers ran 2.6-2.9x slower on 2 x 2 tiles than on 2 x 1."""
+    layers ran 2.6-2.9x slower on 2 x 2 tiles than on 2 x 1. There, a width with no divisor
+    from 2 to 4 (7) takes a whole row of 8-lane vectors, the block's halves one after the other
+    (``vector``): 1x1 layers of 7x7 outputs ran 1.3-1.7x faster so than on 1 x 2 tiles of
+    whole blocks."""
     from ...autotune.space import ConfigSpace
-    n, oc_blocks, oh, ow, _ = workload.out_shape
+    n, oc_blocks, oh, ow, block = workload.out_shape
     space = ConfigSpace(workload.template)
-    tile = conv_width_tile(ow)
+    tile, vector = conv_width_tile(ow), block
     blocks = 2 if tile <= 8 and oc_blocks % 2 == 0 and oc_blocks >= 4 else 1
     if narrow_host():
         # 16 registers (no AVX-512): 2 x 2 vectors, or 4 columns where the blocks do not pair
         # (a depthwise tile: 4 columns of one block); a block of lanes that is not a multiple
         # of a register's 8 (12: a register and a half) takes 2 columns of one block
-        whole = workload.out_shape[-1] % 8 == 0
+        whole = block % 8 == 0
         blocks = 2 if oc_blocks % 2 == 0 and workload.template == "conv2d_NCHWc" and whole else 1
         tile = conv_width_tile(ow, 2 if blocks == 2 or not whole else 4)
+        if block == 8 and workload.template == "conv2d_NCHWc":
+            # blocks of one register: up to 8 columns of one block
+            tile, blocks = conv_width_tile(ow, 8), 1
+        elif tile == 1 and whole and workload.out_dtype == "float32" and ow > 1:
+            # a prime width (7): a row of up to 8 columns of 8 lanes, one register each
+            tile, blocks, vector = conv_width_tile(ow, 8), 1, 8
     space.define_knob("tile_ow", _divisors(ow, 28), default=tile,
                       doc="output columns per register tile (each a vector of output channels)")
     space.define_knob("tile_oc", _divisors(oc_blocks, 4), default=blocks,
@@ -570,7 +587,21 @@ def conv2d_nchwc_space(workload):
     space.define_knob("unroll_rx", [False, True], doc="unroll the window's columns")
     space.define_knob("parallel", ["oc_row", "oc"],
                       doc="threads share (channel block, row) pairs, or channel blocks")
-    space.constraint = lambda c: c["tile_ow"] * c["tile_oc"] <= MAX_TILE_REGISTERS
+    halves = narrow_host() and block > 8 and block % 8 == 0 and workload.out_dtype == "float32"
+    space.define_knob("vector", [block] + ([8] if halves else []),
+                      default=vector, doc="lanes of a register tile's vectors: the whole "
+                      "channel block, or 8 (one register of 16 without AVX-512), the block's "
+                      "parts one after the other")
+    # the parallel loop has two iterations or more wherever it can: a config tuned on one
+    # thread runs on every thread count
+    split = n == 1 and oc_blocks * oh >= 2
+
+    def constraint(c):
+        if c["tile_ow"] * c["tile_oc"] > MAX_TILE_REGISTERS:
+            return False
+        outer = oc_blocks // c["tile_oc"] * (oh if c["parallel"] == "oc_row" else 1)
+        return outer >= 2 or not split
+    space.constraint = constraint
     return space
 
 
@@ -851,7 +882,15 @@ def _schedule_conv_nchwc(s, group, keep, config=None):
     tile, blocks = config["tile_ow"], config["tile_oc"]
     ow_outer, ow_inner = out_stage.split(ow, tile)
     oco_outer, oco_inner = out_stage.split(oco, blocks)
-    out_stage.reorder(n, oco_outer, oh, ow_outer, oco_inner, ow_inner, oci)
+    half = config.get("vector", oci.extent) < oci.extent
+    if half:
+        # a register tile of part of the lanes (8 of a block of 16 on a host of 16 registers):
+        # twice the columns per tile for the same registers, the block's halves one after the
+        # other
+        oci_outer, oci = out_stage.split(oci, config["vector"])
+        out_stage.reorder(n, oco_outer, oh, ow_outer, oci_outer, oco_inner, ow_inner, oci)
+    else:
+        out_stage.reorder(n, oco_outer, oh, ow_outer, oco_inner, ow_inner, oci)
     out_stage.vectorize(oci)
     # one image: the (channel block, row) pairs share the threads, or the channel blocks alone
     # (each thread then sweeps whole planes); a batch: the images
@@ -863,7 +902,7 @@ def _schedule_conv_nchwc(s, group, keep, config=None):
     out_stage.parallel(n if n.extent > 1 else par)
 
     conv_stage = s[local]
-    conv_stage.compute_at(out_stage, ow_outer)
+    conv_stage.compute_at(out_stage, oci_outer if half else ow_outer)
     cn, coco, coh, cow, coci = local.axis
     reduce, dot = _dot_axis(local)
     if config["reduce_order"] == "window_first" and len(reduce) >= 3:

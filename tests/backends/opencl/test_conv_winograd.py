@@ -198,3 +198,17 @@ def test_random_winograd_convolutions_agree_with_the_interpreter(target):
     rules = [k.rule for k in lib.kernels if "conv2d" in k.name and "weight_transform" not in
              k.name.replace("without_weight_transform", "")]
     assert rules.count("conv2d_winograd") == 8, rules
+
+
+def test_a_one_channel_output_runs_on_pocl(target):
+    """3 -> 1 channels at 8 x 4 with padding on the top and left only, from the random-program
+    tester (``relaybench fuzz``): the products' copy of the 1-row weight tile is guarded in a
+    loop with barriers, which PoCL's default work-group code generation miscompiled (the process
+    crashed). The runtime asks PoCL for its ``loops`` method (``POCL_WORK_GROUP_METHOD``)."""
+    import os
+    x = rb.var("x", shape=(1, 3, 8, 4))
+    weight = rb.var("w", shape=(1, 3, 3, 3))
+    y = rb.op.nn.conv2d(x, weight, padding=(1, 1, 0, 0), channels=1, kernel_size=(3, 3))
+    lib = _winograd_build_agrees(rb.IRModule.from_expr(rb.Function([x, weight], y)), target)
+    assert [k.rule for k in lib.kernels if "conv2d" in k.name][-1] == "conv2d_winograd"
+    assert os.environ.get("POCL_WORK_GROUP_METHOD")
