@@ -54,7 +54,7 @@ lab: venv
 # exit status 5 (no notebooks collected); the unit-test step does not.
 test: venv chromium
 	@status=0; \
-	$(PY) -m pytest -q -n 2 --dist worksteal tests && $(PY) -m pytest -q -n 2 --doctest-modules relaybench || status=1; \
+	$(PY) -m pytest -q -n 2 --dist worksteal --durations=25 tests && $(PY) -m pytest -q -n 2 --doctest-modules relaybench || status=1; \
 	rc=0; \
 	$(PY) -m pytest -q -n 2 --dist loadfile --nbval-lax --nbval-current-env \
 	    --nbval-sanitize-with notebooks/sanitize.cfg notebooks/ || rc=$$?; \

@@ -146,9 +146,11 @@ def register_channel_block(channels: int, max_block: int = 16, register: int = 0
     (12, 8, 16)
     >>> register_channel_block(3, 16, 8), register_channel_block(20, 16, 8)
     (3, 10)
+    >>> register_channel_block(24, 4, 8)     # no multiple of 8 up to 4
+    4
     """
     block = channel_block(channels, max_block)
-    if register and block % register and channels % register == 0:
+    if 0 < register <= max_block and block % register and channels % register == 0:
         block = max(b for b in range(register, max_block + 1, register) if channels % b == 0)
     return block
 
