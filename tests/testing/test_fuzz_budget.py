@@ -8,7 +8,7 @@ from relaybench.testing.fuzz import check_seed
 
 FIRST_SEED = 50_000
 CHUNKS = 12
-PER_CHUNK = 17       # 204 programs
+PER_CHUNK = 12       # 144 programs
 DEVICE_EVERY = 6
 """The OpenCL configuration runs every sixth program: each program is a new OpenCL build,
 about a second of PoCL's compiler on a cold cache, where the CPU configurations' kernels come
