@@ -100,7 +100,7 @@ __all__ = ["compute", "schedule", "VECTOR_BYTES", "PARALLEL_MIN_WORK", "TEMPLATE
 def _conv2d_layouts(attrs, inputs, tinfos, out_type):
     """:func:`x86_conv2d_layouts` with float channel blocks of whole registers on a host without
     AVX-512 (8 lanes: 24 channels in 3 blocks of 8, not 2 of 12). MobileNet V2's 24-channel
-    layers ran 1.5-3x faster so on an AVX2 host (``bench/RESULTS.md``)."""
+    projections ran 2.6-3x faster so on an AVX2 host (``bench/RESULTS.md``)."""
     return x86_conv2d_layouts(attrs, inputs, tinfos, out_type,
                               register=8 if narrow_host() else 0)
 
