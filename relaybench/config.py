@@ -127,6 +127,10 @@ KNOBS: Mapping[str, Knob] = _table(
          "layer: on a GPU Winograd where the layer is large enough, else tiled where the tiles "
          "fill the device, splitk elsewhere; on a CPU device tiled where the shape suits it); "
          "the rule name in lib.profile() says which ran"),
+    Knob("RB_GPU_VECTOR", "int", 4,
+         "elements per work item of an elementwise (injective) OpenCL stage whose innermost "
+         "axis they divide: 1, 2, 4, 8 or 16; the work item reads and writes them as one "
+         "vector (float4...) where the code generator can", minimum=1),
     Knob("RB_WINOGRAD", "str", "auto",
          "Winograd convolution on llvm for float32 3x3 stride-1 convolutions (one group): auto "
          "(where the layout rule expects it to win), on (every such convolution, tile size by "

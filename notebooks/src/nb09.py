@@ -70,6 +70,34 @@ print("conv2d layouts:", sorted({c.attrs.data_layout for c in convs}))
 print("agrees with the interpreter:", np.allclose(got, want, rtol=1e-4, atol=1e-4))
 """, check=True)
 md("""
+## Vector types
+
+A group with no reduction (a residual `add` and its ReLU here) is spread one element per work
+item, neighbouring work items on neighbouring elements. Where 4 divides the innermost axis, each
+work item takes 4 neighbouring elements instead (`RB_GPU_VECTOR`, 4 by default): the loop over
+them is a `vectorized` loop in the loop IR, and the OpenCL generator writes it as one `float4`
+store, with a `float4` load of each input read along the same axis and `float4` arithmetic.
+The `//` and `%` that split the fused index into the tensor's axes cancel when the offset is
+flattened, so each access is at `thread * 4`.
+""")
+code("""
+residual = rb.parse('''
+#[version = "0.0.5"]
+def @main(%x: Tensor[(1, 16, 8, 8), float32], %y: Tensor[(1, 16, 8, 8), float32]) {
+  nn.relu(add(%x, %y))
+}
+''')
+vec = rb.build(residual, target="opencl", opt_level=3)
+print(vec.source("loops", group=0))
+print(vec.source("opencl", group=0))
+""")
+code("""
+xs, ys = rng.standard_normal((2, 1, 16, 8, 8)).astype("float32")
+text = vec.source("opencl", group=0)
+print("float4 loads and stores:", "float4*)" in text)
+print("agrees with numpy:", np.array_equal(vec.run(x=xs, y=ys), np.maximum(xs + ys, 0)))
+""", check=True)
+md("""
 ## A whole network
 
 ResNet-18 (on 32x32 images here, to keep the notebook quick on a CPU device) builds to one OpenCL

@@ -50,7 +50,8 @@ MANIFEST_FORMAT = 1
 
 #: knobs that change what a strategy chooses (the others change where things are kept or how
 #: they run, not a kernel's code)
-LOWERING_KNOBS = ("RB_WINOGRAD", "RB_X86_INT8", "RB_AUTOTUNE_LOG", "RB_GPU_CONV")
+LOWERING_KNOBS = ("RB_WINOGRAD", "RB_X86_INT8", "RB_AUTOTUNE_LOG", "RB_GPU_CONV",
+                  "RB_GPU_VECTOR")
 
 #: the parts of the package a lowering or its code generation depends on
 _SOURCES = ("op", "te", "ir", "autotune", "quantize", "backends/strategy", "backends/llvm",

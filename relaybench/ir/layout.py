@@ -107,6 +107,11 @@ def _parse(name: str) -> tuple:
     return tuple(axes)
 
 
+#: (source layout, destination layout, shape) -> the converted shape, for shapes of ints
+_CONVERTED: dict = {}
+_CONVERTED_LIMIT = 8192
+
+
 class Layout:
     """A parsed layout string (``"NCHW"``, ``"NHWC"``, ``"NCHW16c"``, ``"OIHW16i16o"``).
 
@@ -231,12 +236,26 @@ class Layout:
         return tuple(out)
 
     def convert_shape(self, shape: Iterable, dst: Union[str, "Layout"]) -> tuple:
-        """``shape`` (in this layout) as the shape of the same tensor in layout ``dst``."""
+        """``shape`` (in this layout) as the shape of the same tensor in layout ``dst``.
+
+        Shapes of plain ints are converted once per (layout, layout, shape) and remembered:
+        type inference converts the same few shapes again after every pass."""
         dst = Layout(dst)
+        key = None
+        if type(shape) is tuple and all(type(d) is int for d in shape):
+            key = (self.name, dst.name, shape)
+            found = _CONVERTED.get(key)
+            if found is not None:
+                return found
         if not self.has_same_axes(dst):
             raise ValueError(f"cannot convert between layouts {self.name} and {dst.name}: "
                              f"they have different axes")
-        return dst.shape_from_extents(self.primal_extents(shape))
+        out = dst.shape_from_extents(self.primal_extents(shape))
+        if key is not None:
+            if len(_CONVERTED) >= _CONVERTED_LIMIT:
+                _CONVERTED.clear()
+            _CONVERTED[key] = out
+        return out
 
     # ---- arrays ---------------------------------------------------------------------------
     def transform_array(self, array, dst: Union[str, "Layout"]):

@@ -184,8 +184,9 @@ def contains_holes(t: Type) -> bool:
         if cls is IncompleteType:
             return True
         if cls is TensorType:
-            if any(_dim_has_hole(d) for d in node.shape if not isinstance(d, int)):
-                return True
+            for d in node.shape:
+                if type(d) is not int and _dim_has_hole(d):
+                    return True
             continue
         stack.extend(type_children(node))
     return False

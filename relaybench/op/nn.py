@@ -165,12 +165,13 @@ def pool2d_output_hw(h, w, pool_size, strides, padding, dilation, ceil_mode=Fals
                            ceil_mode))
 
 
-def _convert(shape, src: Layout, dst, what: str) -> tuple:
-    """``shape`` from layout ``src`` to ``dst``, failing with ``what`` named."""
+def _convert(shape, src: Layout, dst, what) -> tuple:
+    """``shape`` from layout ``src`` to ``dst``, failing with ``what`` named (a str, or a
+    function giving one: a type's text is made only for the error)."""
     try:
         return src.convert_shape(shape, dst)
     except ValueError as err:
-        fail(f"{what}: {err}")
+        fail(f"{what() if callable(what) else what}: {err}")
 
 
 def _accumulator(dtypes, out_dtype: str):
@@ -356,7 +357,7 @@ def _conv_data(data, attrs):
     dl = Layout(attrs.data_layout)
     if data.ndim != dl.ndim:
         fail(f"data {data} has rank {data.ndim} but data_layout {dl} needs rank {dl.ndim}")
-    n, c, h, w = _convert(data.shape, dl, "NCHW", f"data {data}")
+    n, c, h, w = _convert(data.shape, dl, "NCHW", lambda: f"data {data}")
     if isinstance(c, int) and c % attrs.groups:
         fail(f"data has {c} input channels, which groups={attrs.groups} does not divide")
     return data, (n, c, h, w)
@@ -368,7 +369,7 @@ def _conv_weight(weight, attrs, canonical: str) -> tuple:
     kl = Layout(attrs.kernel_layout)
     if weight.ndim != kl.ndim:
         fail(f"weight {weight} has rank {weight.ndim} but kernel_layout {kl} needs rank {kl.ndim}")
-    dims = _convert(weight.shape, kl, canonical, f"weight {weight}")
+    dims = _convert(weight.shape, kl, canonical, lambda: f"weight {weight}")
     ks = attrs.kernel_size
     if ks is not None and (provably_different(dims[2], ks[0]) or provably_different(dims[3], ks[1])):
         fail(f"kernel_size={ks} but the weight's kernel is {fmt_shape(dims[2:])}")
@@ -1256,7 +1257,7 @@ def _conv_nd_rel(spatial: str, name: str):
         dl = Layout(attrs.data_layout)
         if data.ndim != dl.ndim:
             fail(f"data {data} has rank {data.ndim} but data_layout {dl} needs rank {dl.ndim}")
-        n, c, *extents = _convert(data.shape, dl, data_axes, f"data {data}")
+        n, c, *extents = _convert(data.shape, dl, data_axes, lambda: f"data {data}")
         groups = attrs.groups
         if isinstance(c, int) and c % groups:
             fail(f"data has {c} input channels, which groups={groups} does not divide")
@@ -1270,7 +1271,7 @@ def _conv_nd_rel(spatial: str, name: str):
             if weight.ndim != kl.ndim:
                 fail(f"weight {weight} has rank {weight.ndim} but kernel_layout {kl} needs rank "
                      f"{kl.ndim}")
-            o, i, *ks = _convert(weight.shape, kl, kernel_axes, f"weight {weight}")
+            o, i, *ks = _convert(weight.shape, kl, kernel_axes, lambda: f"weight {weight}")
             if attrs.kernel_size is not None and any(provably_different(k, g) for k, g in
                                                      zip(ks, attrs.kernel_size)):
                 fail(f"kernel_size={attrs.kernel_size} but the weight's kernel is {fmt_shape(ks)}")
@@ -1698,7 +1699,7 @@ def _block_rel(to_depth: bool, name: str):
         if data.ndim != 4:
             fail(f"data {data} must have rank 4 (layout {attrs.layout})")
         layout = Layout(attrs.layout)
-        n, c, h, w = _convert(data.shape, layout, "NCHW", f"data {data}")
+        n, c, h, w = _convert(data.shape, layout, "NCHW", lambda: f"data {data}")
         b = attrs.block_size
         if to_depth:
             for extent, axis in ((h, "height"), (w, "width")):
@@ -1901,7 +1902,7 @@ def _conv_transpose_nd_rel(spatial: str, name: str):
         dl = Layout(attrs.data_layout)
         if data.ndim != dl.ndim:
             fail(f"data {data} has rank {data.ndim} but data_layout {dl} needs rank {dl.ndim}")
-        n, c, *extents = _convert(data.shape, dl, data_axes, f"data {data}")
+        n, c, *extents = _convert(data.shape, dl, data_axes, lambda: f"data {data}")
         groups = attrs.groups
         if isinstance(c, int) and c % groups:
             fail(f"data has {c} input channels, which groups={groups} does not divide")
@@ -1913,7 +1914,7 @@ def _conv_transpose_nd_rel(spatial: str, name: str):
             kl = Layout(attrs.kernel_layout)
             if weight.ndim != kl.ndim:
                 fail(f"weight {weight} has rank {weight.ndim} but kernel_layout {kl} needs rank {kl.ndim}")
-            i, o, *ks = _convert(weight.shape, kl, kernel_axes, f"weight {weight}")
+            i, o, *ks = _convert(weight.shape, kl, kernel_axes, lambda: f"weight {weight}")
             if attrs.kernel_size is not None and any(provably_different(k, g) for k, g in
                                                      zip(ks, attrs.kernel_size)):
                 fail(f"kernel_size={attrs.kernel_size} but the weight's kernel is {fmt_shape(ks)}")

@@ -348,7 +348,7 @@ def winograd_conv2d_rel(types, attrs):
         weight = tensor(weight, "weight")
         if weight.ndim != kl.ndim:
             fail(f"weight {weight} has rank {weight.ndim} but kernel_layout {kl} needs rank {kl.ndim}")
-        a1, a2, o, i = _nn._convert(weight.shape, kl, "HWOI", f"weight {weight}")
+        a1, a2, o, i = _nn._convert(weight.shape, kl, "HWOI", lambda: f"weight {weight}")
         if provably_different(a1, alpha) or provably_different(a2, alpha):
             fail(f"the transformed weight's tile is {format_dim(a1)}x{format_dim(a2)} but "
                  f"tile_size={attrs.tile_size} with a {r}x{r} kernel needs {alpha}x{alpha}")

@@ -321,12 +321,15 @@ class Schedule:
 
 
     def tree_reduce(self, tensor: Tensor, factor: int) -> list:
-        """Compute the reduction ``tensor`` (one reduce axis) as ``factor`` partial reductions
-        combined pairwise, as a GPU work group reduces in ``shared`` memory.
+        """Compute the reduction ``tensor`` as ``factor`` partial reductions combined pairwise,
+        as a GPU work group reduces in ``shared`` memory.
 
         ``factor`` is a power of two. The first new stage ``<name>_rf`` has the data axes and
         one more of extent ``factor``: lane ``t`` reduces the elements ``t, t + factor, ...``
-        (the lanes past the end start from the reduction's initial value); each next stage
+        (the lanes past the end start from the reduction's initial value). Several reduce axes
+        are taken as one, in row-major order (the last the fastest: neighbouring lanes read
+        neighbouring elements where the reduced axes are a tensor's innermost), each axis's
+        index recovered with ``//`` and ``%``. Each next stage
         ``<name>_rf1``, ``<name>_rf2``, ... combines lane ``t`` with lane ``t + half`` over half
         as many lanes, and ``tensor`` becomes the combination of the last two lanes. Returns
         the new stages' tensors, first to last, for the caller to place: typically each
@@ -362,9 +365,8 @@ class Schedule:
         stage = self[tensor]
         factor = int(factor)
         if not isinstance(op, ComputeOp) or not isinstance(op.body, Reduce) \
-                or len(op.reduce_axis) != 1:
-            raise CompileError(f"schedule: tree_reduce of {op.name}: a reduction over one axis "
-                               "is needed")
+                or not op.reduce_axis:
+            raise CompileError(f"schedule: tree_reduce of {op.name}: a reduction is needed")
         if factor < 2 or factor & (factor - 1):
             raise CompileError(f"schedule: tree_reduce of {op.name}: the factor must be a power "
                                f"of two from 2, got {factor}")
@@ -372,16 +374,25 @@ class Schedule:
             raise CompileError(f"schedule: tree_reduce of {op.name}: call it before scheduling "
                                "the stage")
         body = op.body
-        (k,) = op.reduce_axis
+        reduced = list(op.reduce_axis)
+        extent = 1
+        for k in reduced:
+            extent *= int(k.extent)
         from relaybench.te.compute import _COMBINERS
         combine = _COMBINERS[body.combiner]
         data = tuple(IterVar(f"{a.name}_rf", "int64", a.extent, "data") for a in op.axis)
         lane = IterVar("lane", "int64", factor, "data")
-        outer = IterVar(f"{k.name}_outer", "int64", -(-k.extent // factor), "reduce")
+        name = "_".join(k.name for k in reduced)
+        outer = IterVar(f"{name}_outer", "int64", -(-extent // factor), "reduce")
         index = outer * factor + lane
-        source = substitute(body.source, {**dict(zip(op.axis, data)), k: index})
-        if k.extent % factor:
-            source = select(index < k.extent, source, body.init)
+        positions, stride = {}, extent
+        for i, k in enumerate(reduced):
+            stride //= int(k.extent)
+            position = index // stride if stride > 1 else index
+            positions[k] = position if i == 0 else position % int(k.extent)
+        source = substitute(body.source, {**dict(zip(op.axis, data)), **positions})
+        if extent % factor:
+            source = select(index < extent, source, body.init)
         from relaybench.te.tensor import TensorLoad
         first = ComputeOp(f"{op.name}_rf", data + (lane,),
                           Reduce(body.combiner, source, (outer,), body.init, body.dtype),

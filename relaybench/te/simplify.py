@@ -241,6 +241,11 @@ class _Simplifier:
                 if b[1] <= a[0]:
                     return e.b if op == "min" else e.a
             return e
+        if (op == "//" and isinstance(e.b, IntImm) and e.b.value > 0 and isinstance(e.a, Binary)
+                and e.a.op == "//" and isinstance(e.a.b, IntImm) and e.a.b.value > 0):
+            # floor(floor(x / a) / b) == floor(x / (a * b)) for positive a and b
+            return self._binary(Binary("//", e.a.a, IntImm(e.a.b.value * e.b.value, e.dtype),
+                                       e.dtype))
         if op in ("//", "%") and isinstance(e.b, IntImm) and e.b.value > 0:
             c = e.b.value
             form = self.linear(e.a)
@@ -264,8 +269,52 @@ class _Simplifier:
         if op in ("+", "-", "*"):
             form = self.linear(e)
             if form is not None:
-                return self.rebuild(form, e.dtype)
+                return self.rebuild(self.merge_div_mod(form), e.dtype)
         return e
+
+    def merge_div_mod(self, form):
+        """``form`` with each pair of terms ``(y // c) * (c * k) + (y % c) * k`` replaced by
+        ``y * k`` (floor division and modulo by ``c > 0``: always equal), until none is left;
+        where ``y`` is ``x // d``, ``y // c`` may be written ``x // (c * d)``.
+        A fused loop's index split back into a tensor's axes and flattened again comes back to
+        the fused index: ``((i // 6) * 6 + i % 6) * 4`` is ``i * 4``."""
+        terms, const = form
+        while True:
+            # y % c pairs with y // c, and, where y is x // d, with x // (c * d) (the form
+            # that the rule for // of // gives)
+            mods = {}
+            for key, (node, coef) in terms.items():
+                if (isinstance(node, Binary) and node.op == "%" and isinstance(node.b, IntImm)
+                        and node.b.value > 0):
+                    y, c = node.a, node.b.value
+                    mods[(L.to_text(y), c)] = key, y, c
+                    if (isinstance(y, Binary) and y.op == "//" and isinstance(y.b, IntImm)
+                            and y.b.value > 0):
+                        mods[(L.to_text(y.a), c * y.b.value)] = key, y, c
+            if not mods:
+                return terms, const
+            merged = None
+            for key, (node, coef) in terms.items():
+                if (isinstance(node, Binary) and node.op == "//" and isinstance(node.b, IntImm)
+                        and node.b.value > 0):
+                    found = mods.get((L.to_text(node.a), node.b.value))
+                    if found is not None and coef == found[2] * terms[found[0]][1]:
+                        merged = key, found[0], found[1], terms[found[0]][1]
+                        break
+            if merged is None:
+                return terms, const
+            key, mod_key, x, k = merged
+            inner = self.linear(x)
+            if inner is None:
+                return terms, const
+            terms = {t: [n, c] for t, (n, c) in terms.items() if t not in (key, mod_key)}
+            for t, (n, c) in inner[0].items():
+                if t in terms:
+                    terms[t][1] += c * k
+                else:
+                    terms[t] = [n, c * k]
+            terms = {t: v for t, v in terms.items() if v[1]}
+            const += inner[1] * k
 
     # ------------------------------------------------------------------ statements
     def stmt(self, s):

@@ -124,13 +124,41 @@ def test_tree_reduce_matches_numpy(combiner, extent, factor):
     np.testing.assert_allclose(out, want, rtol=1e-5)
 
 
+@pytest.mark.parametrize("axes,factor", [((1, 2), 16), ((1, 3), 8), ((0, 1, 2, 3), 32)])
+def test_tree_reduce_over_several_axes(axes, factor):
+    """Several reduce axes taken as one in row-major order (``//`` and ``%`` recover each
+    axis's index); 5 x 6 x 7 elements are not a multiple of the lanes."""
+    shape = (3, 5, 6, 7)
+    A = te.placeholder(shape, name="A")
+    red = {a: te.reduce_axis(shape[a], name=f"r{a}") for a in axes}
+    kept = [a for a in range(4) if a not in axes] or [None]
+
+    def body(*out):
+        index, it = [], iter(out)
+        for a in range(4):
+            index.append(red[a] if a in red else next(it))
+        return te.sum(A[tuple(index)], axis=list(red.values()))
+    out_shape = tuple(shape[a] for a in kept if a is not None) or (1,)
+    S = te.compute(out_shape, body if kept != [None] else
+                   (lambda _: te.sum(A[tuple(red[a] for a in range(4))], axis=list(red.values()))),
+                   name="S")
+    s = te.create_schedule(S)
+    s.tree_reduce(S, factor)
+    func = te.lower(s, [A], name="tree")
+    a = np.random.default_rng(5).standard_normal(shape).astype("float32")
+    out = np.zeros(out_shape, "float32")
+    te.evaluate(func, a, out)
+    np.testing.assert_allclose(out.reshape(-1), a.sum(axis=axes).reshape(-1), rtol=1e-5,
+                               atol=1e-5)
+
+
 def test_tree_reduce_errors():
     A = te.placeholder((3, 8, 8), name="A")
-    k, j = te.reduce_axis(8, name="k"), te.reduce_axis(8, name="j")
-    S = te.compute((3,), lambda i: te.sum(A[i, k, j], axis=[k, j]), name="S")
+    k = te.reduce_axis(8, name="k")
+    S = te.compute((3,), lambda i: A[i, 0, 0] * 2.0, name="S")
     T = te.compute((3, 8), lambda i, x: te.sum(A[i, x, k], axis=[k]), name="T")
     s = te.create_schedule([S, T])
-    with pytest.raises(CompileError, match="tree_reduce of S: a reduction over one axis"):
+    with pytest.raises(CompileError, match="tree_reduce of S: a reduction is needed"):
         s.tree_reduce(S, 4)
     with pytest.raises(CompileError, match="the factor must be a power of two from 2, got 6"):
         s.tree_reduce(T, 6)

@@ -70,6 +70,40 @@ def test_guards_decided_by_the_ranges_disappear():
     assert str(_same_everywhere(L.min_expr(x, 13), ranges)) == "x"
 
 
+def test_a_fused_index_split_into_axes_flattens_back():
+    """``(i // 6) * 6 + i % 6`` is ``i`` (floor division and modulo, negative values too), also
+    nested, with a factor, and where ``(i // 4) // 6`` was first folded into ``i // 24``."""
+    ranges = {x: (-30, 60)}
+    assert str(_same_everywhere((x // 6) * 6 + x % 6, ranges)) == "x"
+    assert str(_same_everywhere(((x // 6) * 6 + x % 6) * 4 + 3, ranges)) == "x * 4 + 3"
+    inner = x // 4
+    nchw = (((inner // 6) // 8 * 8 + (inner // 6) % 8) * 6 + inner % 6) * 4 + x % 4
+    assert str(_same_everywhere(nchw, ranges)) == "x"
+    assert str(_same_everywhere((x // 4) // 6, ranges)) == "x // 24"
+    # coefficients that do not pair up are left as they are, and stay correct
+    assert "//" in str(_same_everywhere((x // 6) * 5 + x % 6, ranges))
+    assert "//" in str(_same_everywhere((x // 6) * 6 + x % 5, ranges))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_random_splits_of_a_fused_index_keep_their_values(seed):
+    """A random shape, a fused index split into its axes with ``//`` and ``%`` and flattened
+    again (some axes scaled, some dropped): the value at every point is kept."""
+    rng = np.random.default_rng(seed)
+    dims = [int(d) for d in rng.integers(1, 5, int(rng.integers(2, 4)))]
+    total = int(np.prod(dims))
+    ranges = {x: (-total, 2 * total)}
+    flat, stride = None, total
+    for d in dims:
+        stride //= d
+        axis = (x // stride) % d if stride > 1 else x % d
+        if rng.random() < 0.8:
+            flat = axis if flat is None else flat * d + axis
+        else:
+            flat = axis * int(rng.integers(1, 4)) if flat is None else flat + axis
+    _same_everywhere(flat, ranges)
+
+
 def test_like_terms_collect():
     ranges = {x: (0, 5), y: (0, 5)}
     assert str(_same_everywhere(x * 3 + y - x * 2 - y + 4 - 4, ranges)) == "x"

@@ -63,8 +63,26 @@ How each construct is written:
   side is evaluated, so a side not chosen may read out of bounds (padding does).
 * **Float64** needs the device's ``cl_khr_fp64`` and **float16** its ``cl_khr_fp16``; a kernel
   using one on a device without it is a :class:`~relaybench.errors.CompileError` naming both.
-* Loops of kind ``serial``, ``parallel`` and ``vectorized`` are plain ``for`` loops (a work item
-  runs its iterations in order), ``unrolled`` ones carry ``#pragma unroll``.
+* **Vector types.** A ``vectorized`` loop of 2, 3, 4, 8 or 16 iterations from 0 around one
+  float32 or float64 store whose flat offset moves by one element per iteration (a lane) is
+  one vector store (``float4``...). In its value, an expression that does not move with the
+  lane is a scalar (widened where it meets a vector), a load whose offset moves by one element
+  per lane a vector load, arithmetic, ``min``/``max`` (NaN propagating, lane by lane), a
+  ``select`` on a condition that does not move, float casts and the math built-ins their
+  vector forms, a reduction's step ``fma`` on vectors, and anything else (a load along another
+  axis, a condition on the lane) a vector built lane by lane, ``(float4)(e0, e1, e2, e3)``,
+  each lane's expression simplified. Where the first lane's offset is a multiple of the lanes
+  the access is a cast pointer (``*((__global float4*)(X + i * 4))``: aligned, one wide memory
+  transaction), else ``vload4``/``vstore4``. Whether an index moves with the lane is decided on
+  its form: ``a + k * lane`` where ``//`` and ``%`` by a constant keep the form when the
+  constant is a multiple of ``k x lanes`` and so is the first lane's value (the lanes never
+  cross a row), as in a fused NCHW index whose innermost axis the lanes divide. Any other
+  ``vectorized`` loop is a plain loop.
+* **Flat offsets.** A multi-dimensional access whose indices split a fused loop index with
+  ``//`` and ``%`` is flattened and simplified first: the divisions cancel
+  (``(i // 6) * 6 + i % 6`` is ``i``), so the fused index itself addresses the memory.
+* Loops of kind ``serial``, ``parallel`` and other ``vectorized`` ones are plain ``for`` loops
+  (a work item runs its iterations in order), ``unrolled`` ones carry ``#pragma unroll``.
 
 >>> from relaybench import te
 >>> X = te.placeholder((64,), name="X")
@@ -89,6 +107,7 @@ void relu(__global const float* restrict X, __global float* restrict Y) {
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -96,7 +115,7 @@ import numpy as np
 
 from ...errors import CompileError
 from ...te import loop_ir as L
-from ...te.simplify import simplify_stmt
+from ...te.simplify import simplify, simplify_stmt
 
 __all__ = ["generate", "program_text", "OpenCLSource", "KernelLaunch", "DeviceFeatures",
            "CTYPES"]
@@ -410,6 +429,121 @@ class _Ranges:
                 and int(e.b.value) > 0)
 
 
+VECTOR_LANES = (2, 3, 4, 8, 16)
+"""The extents of a ``vectorized`` loop written with OpenCL's vector types."""
+
+VECTOR_DTYPES = ("float32", "float64")
+"""The element types of the vector stores and arithmetic the generator writes."""
+
+
+def _divisible(e, m: int) -> bool:
+    """Whether the int expression ``e`` is a multiple of ``m`` whatever its variables' values
+    (a conservative answer: False where it cannot tell)."""
+    if m == 1:
+        return True
+    cls = type(e)
+    if cls is L.IntImm:
+        return int(e.value) % m == 0
+    if cls is L.Binary:
+        if e.op in ("+", "-"):
+            return _divisible(e.a, m) and _divisible(e.b, m)
+        if e.op == "*":
+            for x, y in ((e.a, e.b), (e.b, e.a)):
+                if type(y) is L.IntImm:
+                    return _divisible(x, m // math.gcd(int(y.value), m))
+            return _divisible(e.a, m) or _divisible(e.b, m)
+        if e.op == "%" and type(e.b) is L.IntImm and int(e.b.value) > 0 \
+                and int(e.b.value) % m == 0:
+            return _divisible(e.a, m)
+    if cls is L.Cast and e.dtype in _BITS and e.value.dtype in _BITS:
+        return _divisible(e.value, m)
+    return False
+
+
+class _Lanes:
+    """The lanes ``v = 0 .. lanes - 1`` of a ``vectorized`` loop, and how an index expression
+    moves with ``v`` (see :meth:`coefficient`)."""
+
+    def __init__(self, var, lanes: int):
+        self.var, self.lanes = var, lanes
+        self._mentions: dict = {}
+
+    def mentions(self, e) -> bool:
+        key = id(e)
+        found = self._mentions.get(key)
+        if found is None:
+            found = self._mentions[key] = _mentions_var(e, self.var)
+        return found
+
+    def at(self, e, lane: int):
+        """``e`` in lane ``lane``: the loop's variable replaced by the constant, simplified."""
+        return simplify(L.substitute(e, {self.var: L.IntImm(lane, self.var.dtype)}))
+
+    def coefficient(self, e):
+        """``k`` where ``e == at(e, 0) + k * v`` in every lane, else None. Integer division
+        and modulo by a constant ``c`` keep the form where ``c`` is a multiple of ``k * lanes``
+        and so is ``at(e, 0)``: the lanes then never cross a multiple of ``c`` (a row of a
+        fused index whose length the vector divides)."""
+        if not self.mentions(e):
+            return 0
+        if e is self.var:
+            return 1
+        cls = type(e)
+        if cls is L.Binary:
+            op = e.op
+            if op in ("+", "-"):
+                a, b = self.coefficient(e.a), self.coefficient(e.b)
+                if a is None or b is None:
+                    return None
+                return a + b if op == "+" else a - b
+            if op == "*":
+                for x, y in ((e.a, e.b), (e.b, e.a)):
+                    if type(y) is L.IntImm:
+                        k = self.coefficient(x)
+                        return None if k is None else k * int(y.value)
+            elif op in ("//", "%") and type(e.b) is L.IntImm and int(e.b.value) > 0:
+                k = self.coefficient(e.a)
+                if k is None or k < 0:
+                    return None
+                if k == 0:
+                    return 0
+                span = k * self.lanes
+                if int(e.b.value) % span == 0 and _divisible(self.at(e.a, 0), span):
+                    return 0 if op == "//" else k
+                return None
+            # any other operator of operands that do not move with the lane does not either
+            return 0 if self.coefficient(e.a) == 0 and self.coefficient(e.b) == 0 else None
+        if cls is L.Cast and e.dtype in _BITS and e.value.dtype in _BITS:
+            return self.coefficient(e.value)
+        return None
+
+    def flat_coefficient(self, buffer, indices):
+        """How the flat (row-major) offset of ``buffer[indices]`` moves with the lane."""
+        if len(indices) == 1:
+            return self.coefficient(indices[0])
+        shape = list(buffer.shape)
+        if len(shape) != len(indices) or not all(isinstance(d, (int, np.integer)) for d in shape):
+            return None
+        total, stride = 0, 1
+        for index, extent in reversed(list(zip(indices, shape))):
+            k = self.coefficient(index)
+            if k is None:
+                return None
+            total += k * stride
+            stride *= int(extent)
+        return total
+
+    def flat_base(self, buffer, indices):
+        """The flat offset of ``buffer[indices]`` in lane 0, as an expression."""
+        base = [self.at(i, 0) for i in indices]
+        if len(base) == 1:
+            return base[0]
+        flat = None
+        for index, extent in zip(base, buffer.shape):
+            flat = index if flat is None else flat * int(extent) + index
+        return flat
+
+
 class _Helpers:
     """The ``static inline`` helper functions a program uses, each written once."""
 
@@ -426,6 +560,14 @@ class _Helpers:
         return self.use(f"rb_{op}_{t}", (
             f"static inline {t} rb_{op}_{t}({t} a, {t} b) {{\n"
             f"    return (a {compare} b || isnan(a)) ? a : b;\n}}"))
+
+    def float_min_max_vector(self, op: str, dtype: str, lanes: int) -> str:
+        """``rb_max_float4``...: the scalar helper's rule lane by lane (NaN propagates)."""
+        t = f"{CTYPES[dtype]}{lanes}"
+        compare = ">" if op == "max" else "<"
+        return self.use(f"rb_{op}_{t}", (
+            f"static inline {t} rb_{op}_{t}({t} a, {t} b) {{\n"
+            f"    return select(b, a, (a {compare} b) | isnan(a));\n}}"))
 
     def floor_div_mod(self, op: str, dtype: str) -> str:
         t, u = CTYPES[dtype], _UNSIGNED[dtype]
@@ -497,6 +639,7 @@ class _Writer:
         self.kernel_name = self.ident(func)
         self.launch_buffers: dict = {}
         self.index_memo: dict = {}
+        self.flat_memo: dict = {}
         self.ranges = _Ranges()
         self.index_mode = False   # writing an index expression in int (see the module)
         self.expr_table = {
@@ -673,6 +816,8 @@ class _Writer:
             self.indent -= 1
             self.emit("}")
             return
+        if s.kind == "vectorized" and self._vector_loop(s):
+            return
         if (s.kind == "unrolled" and isinstance(s.begin, L.IntImm)
                 and isinstance(s.extent, L.IntImm) and s.extent.value <= UNROLL_LIMIT):
             # each iteration written out with its constant folded in: the select chains of
@@ -695,6 +840,106 @@ class _Writer:
         self.stmt(s.body)
         self.indent -= 1
         self.emit("}")
+
+    # ---- vector types
+    def _vector_loop(self, s) -> bool:
+        """Write the ``vectorized`` loop ``s`` as one vector store, or give False (it is then a
+        plain loop): see the module for when it is."""
+        if not (isinstance(s.begin, L.IntImm) and s.begin.value == 0
+                and isinstance(s.extent, L.IntImm) and int(s.extent.value) in VECTOR_LANES):
+            return False
+        store = s.body
+        if type(store) is not L.Store or store.buffer.dtype not in VECTOR_DTYPES \
+                or self._only_once(store.buffer) is not None:
+            return False
+        vec = _Lanes(s.var, int(s.extent.value))
+        if vec.flat_coefficient(store.buffer, store.indices) != 1:
+            return False
+        t = f"{self.ctype(store.buffer.dtype)}{vec.lanes}"
+        value = self._vector_accumulate(store, vec, t)
+        if value is None:
+            value = self._broadcast(self._vector_value(store.value, vec), t)
+        pointer = self._vector_pointer(store.buffer, store.indices, vec, t, const=False)
+        if pointer.startswith("*"):
+            self.emit(f"{pointer} = {value};")
+        else:
+            self.emit(f"vstore{vec.lanes}({value}, 0, {pointer});")
+        return True
+
+    def _vector_pointer(self, buffer, indices, vec, t: str, const: bool) -> str:
+        """``*((__global float4*)(X + base))`` where the first lane's offset is a multiple of the
+        lanes (an aligned access), else ``X + (base)`` for ``vloadN``/``vstoreN``."""
+        flat = simplify(vec.flat_base(buffer, indices))
+        pointer = f"{self.ident(buffer)} + {self._index_text(flat)}"
+        if vec.lanes != 3 and _divisible(flat, vec.lanes):
+            space = "__global " if buffer in self.global_set else \
+                "__local " if buffer.scope == "shared" else ""
+            return f"*(({space}{'const ' if const else ''}{t}*)({pointer}))"
+        return f"({pointer})"
+
+    @staticmethod
+    def _broadcast(value, t: str) -> str:
+        text, is_vector = value
+        return text if is_vector else f"(({t})({text}))"
+
+    def _vector_accumulate(self, store, vec, t: str):
+        """A reduction's step (see :meth:`_accumulate`) on vectors, as ``fma``; else None."""
+        e = store.value
+        if not (isinstance(e, L.Binary) and e.op == "+"):
+            return None
+        for acc, product in ((e.a, e.b), (e.b, e.a)):
+            if (isinstance(acc, L.Load) and acc.buffer is store.buffer
+                    and isinstance(product, L.Binary) and product.op == "*"
+                    and product.dtype == e.dtype
+                    and self.offset(acc.buffer, acc.indices)
+                    == self.offset(store.buffer, store.indices)):
+                a, b, c = (self._broadcast(self._vector_value(x, vec), t)
+                           for x in (product.a, product.b, acc))
+                return f"fma({a}, {b}, {c})"
+        return None
+
+    def _vector_value(self, e, vec):
+        """``(text, is_vector)`` of the float expression ``e`` over the lanes: a scalar where it
+        does not depend on the lane, a vector load where its offset moves by one element per
+        lane, vector arithmetic and built-ins on those, and otherwise a vector built lane by
+        lane (``(float4)(e0, e1, e2, e3)``, each lane's expression simplified)."""
+        if not vec.mentions(e):
+            return self.expr(e), False
+        t = f"{self.ctype(e.dtype)}{vec.lanes}"
+        cls = type(e)
+        if e.dtype in VECTOR_DTYPES:
+            if cls is L.Load:
+                k = vec.flat_coefficient(e.buffer, e.indices)
+                if k == 0:
+                    base = [vec.at(i, 0) for i in e.indices]
+                    return f"{self.ident(e.buffer)}[{self.offset(e.buffer, base)}]", False
+                if k == 1:
+                    pointer = self._vector_pointer(e.buffer, e.indices, vec, t, const=True)
+                    return (pointer if pointer.startswith("*")
+                            else f"vload{vec.lanes}(0, {pointer})"), True
+            elif cls is L.Binary and e.a.dtype == e.dtype and e.op in ("+", "-", "*", "/",
+                                                                         "min", "max"):
+                a, b = self._vector_value(e.a, vec), self._vector_value(e.b, vec)
+                if e.op in ("min", "max"):
+                    name = self.helpers.float_min_max_vector(e.op, e.dtype, vec.lanes)
+                    return f"{name}({self._broadcast(a, t)}, {self._broadcast(b, t)})", True
+                return f"({a[0]} {e.op} {b[0]})", True
+            elif cls is L.Unary and e.op == "-":
+                return f"(-{self._vector_value(e.a, vec)[0]})", True
+            elif cls is L.Select and not vec.mentions(e.cond):
+                yes = self._broadcast(self._vector_value(e.true_value, vec), t)
+                no = self._broadcast(self._vector_value(e.false_value, vec), t)
+                return f"({self.expr(e.cond)} ? {yes} : {no})", True
+            elif cls is L.Cast and e.value.dtype in VECTOR_DTYPES:
+                source = f"{self.ctype(e.value.dtype)}{vec.lanes}"
+                value = self._broadcast(self._vector_value(e.value, vec), source)
+                return f"convert_{t}({value})", True
+            elif cls is L.Call and e.name in self._CALLS and all(a.dtype == e.dtype
+                                                                  for a in e.args):
+                args = [self._broadcast(self._vector_value(a, vec), t) for a in e.args]
+                return self._CALLS[e.name].format(*args, t=t), True
+        lanes = ", ".join(self.expr(vec.at(e, lane)) for lane in range(vec.lanes))
+        return f"(({t})({lanes}))", True
 
     def _only_once(self, buffer) -> str | None:
         """For a store that every work item would make (see the module): the condition that
@@ -850,6 +1095,10 @@ class _Writer:
         return text
 
     def offset(self, buffer, indices) -> str:
+        if len(indices) > 1 and any(type(i) is L.Binary and i.op in ("//", "%") for i in indices):
+            flat = self._flat_offset(buffer, indices)
+            if flat is not None:
+                return self._index_text(flat) if flat.dtype == "int64" else self.expr(flat)
         narrow = self._narrow_offset(buffer, indices)
         if narrow is not None:
             return narrow
@@ -863,6 +1112,24 @@ class _Writer:
             part = self.expr(index if index.dtype == "int64" else L.cast("int64", index))
             text = part if text is None else f"({text} * {extent}L + {part})"
         return text
+
+    def _flat_offset(self, buffer, indices):
+        """The flat offset of ``buffer[indices]`` simplified, where the indices split a fused
+        index with ``//`` and ``%`` (they often flatten back to it: see
+        :meth:`relaybench.te.simplify._Simplifier.merge_div_mod`); None for a shape that is not
+        constant or an index that is not int64."""
+        key = (id(buffer), tuple(id(i) for i in indices))
+        if key in self.flat_memo:
+            return self.flat_memo[key][0]
+        shape = list(buffer.shape)
+        flat = None
+        if len(shape) == len(indices) and all(isinstance(d, (int, np.integer)) for d in shape) \
+                and all(i.dtype == "int64" for i in indices):
+            for index, extent in zip(indices, shape):
+                flat = index if flat is None else flat * int(extent) + index
+            flat = simplify(flat)
+        self.flat_memo[key] = (flat, indices)   # the indices keep their ids alive
+        return flat
 
     def _load(self, e):
         if e.buffer not in self.names and e.buffer not in self.global_set:

@@ -7,7 +7,10 @@ of the group (:meth:`~relaybench.te.Stage.bind`). The rules, by the group's anch
 ``injective``
     elementwise, broadcast and injective stages: every output axis fused into one loop, split
     into blocks of :data:`THREADS` work items, one element per work item; neighbouring work
-    items write neighbouring elements (coalesced).
+    items write neighbouring elements (coalesced). Where ``RB_GPU_VECTOR`` (4) divides the
+    innermost axis of a float32 or float64 stage, each work item takes that many neighbouring
+    elements, which the code generator writes as one vector store (``float4``), with a vector
+    load of each input read along the same axis (:func:`schedule_injective`).
 ``dense_shared``
     ``nn.dense`` (2-D, one reduction, :data:`DENSE_SHARED_MIN_ROWS` rows or more; batch 1 takes
     ``reduce_tree``): a work group computes :data:`TILE` output features of one
@@ -66,14 +69,16 @@ of the group (:meth:`~relaybench.te.Stage.bind`). The rules, by the group's anch
 ``reduce_tree``
     a reduction computed at the root (a group's output, softmax's maximum and sum read by
     its elementwise output, or the anchor of a group with few outputs that an epilogue reads,
-    as ``nn.dense`` + bias + relu at batch 1: :data:`TREE_FIRST_MAX_OUTPUTS`) over one axis of
-    :data:`TREE_MIN` elements or more: one work group
+    as ``nn.dense`` + bias + relu at batch 1, the epilogue then applied by the tree's first
+    work item in the same launch: :data:`TREE_FIRST_MAX_OUTPUTS`) over
+    :data:`TREE_MIN` elements or more (one axis, or several taken as one in row-major order,
+    as a mean over the pixels of ``NCHW``): one work group
     per output element; work item ``t`` of ``T`` (a power of two, up to :data:`THREADS`)
     reduces the elements ``t, t + T, ...`` into ``shared`` memory, then the group halves the
     partial results ``log2(T)`` times, a barrier between steps
     (:meth:`~relaybench.te.Schedule.tree_reduce`), and the first work item stores the result.
 ``reduce``
-    shorter reductions computed at the root, or over several axes: one work item per element.
+    shorter reductions computed at the root: one work item per element.
 ``direct``
     a convolution, pooling, a reduction, or dense where the tiles do not fit: one work item per
     output element, the reduction in a loop of its own inside it, computed in a register right
@@ -112,10 +117,9 @@ operator's own compute (a program written in ``NHWC`` stays so).
 >>> fused = rb.passes.optimize(rb.IRModule.from_expr(rb.Function([x], op.nn.relu(x))), 2)
 >>> print(lower_primitive(fused["main"].body.op, "opencl").prim_func)
 def fused_nn_relu(p0: Buffer((4, 100), "float32"), relu: Buffer((4, 100), "float32")):
-    for i0_i1_fused_outer in blockIdx.x(2):
-        for i0_i1_fused_inner in threadIdx.x(256):
-            if i0_i1_fused_outer * 256 + i0_i1_fused_inner < 400:
-                relu[(i0_i1_fused_outer * 256 + i0_i1_fused_inner) // 100, (i0_i1_fused_outer * 256 + i0_i1_fused_inner) % 100] = max(p0[(i0_i1_fused_outer * 256 + i0_i1_fused_inner) // 100, (i0_i1_fused_outer * 256 + i0_i1_fused_inner) % 100], 0.0)
+    for i0_i1_fused_outer_inner in threadIdx.x(100):
+        for i0_i1_fused_inner in vectorized(4):
+            relu[(i0_i1_fused_outer_inner * 4 + i0_i1_fused_inner) // 100, (i0_i1_fused_outer_inner * 4 + i0_i1_fused_inner) % 100] = max(p0[(i0_i1_fused_outer_inner * 4 + i0_i1_fused_inner) // 100, (i0_i1_fused_outer_inner * 4 + i0_i1_fused_inner) % 100], 0.0)
 """
 
 from __future__ import annotations
@@ -124,10 +128,12 @@ import functools
 
 from ... import config, te
 from ...errors import CompileError
+from ...ir.expr import Op
 from ...ir.types import TensorType
-from ...op.registry import register_alter_op_layout
+from ...op.registry import OpPattern, get_op_attr, register_alter_op_layout
 from ...op.winograd import winograd_conv2d_compute
 from ...te.tensor import ComputeOp
+from ..opencl.codegen import VECTOR_DTYPES
 from .x86 import _too_big_to_inline
 
 __all__ = ["compute", "schedule", "conv_mode", "THREADS", "TILE"]
@@ -139,7 +145,7 @@ TILE = 32
 """Output features per work group, and reduction step, of the ``dense_shared`` rule."""
 
 TREE_MIN = 64
-"""A reduction computed at the root over one axis of at least this many elements is a tree in
+"""A reduction computed at the root over at least this many elements is a tree in
 shared memory (``reduce_tree``)."""
 
 
@@ -185,6 +191,10 @@ def schedule(group, compute_at: bool = True):
 
     anchor = group.anchor
     anchor_op = group.anchor_tensors[0].op if group.anchor_tensors else None
+    # a reduction operator (sum, mean, max...) may be a tree over several axes; a convolution's
+    # or a pooling's window stays one work item per output (see schedule_reduce)
+    reduce_anchor = anchor is not None and isinstance(anchor.op, Op) and \
+        get_op_attr(anchor.op.name, "TOpPattern") == OpPattern.COMM_REDUCE
     is_reduction = isinstance(anchor_op, ComputeOp) and bool(anchor_op.reduce_axis)
     rule, done = "injective", set()
     tiling = _conv_tiling(group, anchor_op) if is_reduction and compute_at else None
@@ -202,7 +212,12 @@ def schedule(group, compute_at: bool = True):
             s.rfactor(anchor_op.output, factor)
             rule = "direct_splitk"
         if _tree_first(anchor_op):
-            pass   # the reduction at the root as a tree, then the epilogue (the loop below)
+            if (compute_at and factor == 1 and epilogue is not None
+                    and epilogue is not anchor_op and not epilogue.reduce_axis
+                    and not s[epilogue].inlined
+                    and tuple(epilogue.output.shape) == tuple(anchor_op.output.shape)):
+                rule, done = "reduce_tree", _schedule_tree_epilogue(s, anchor_op, epilogue)
+            # else the reduction at the root as a tree, then the epilogue (the loop below)
         elif (compute_at and epilogue is not None and epilogue is not anchor_op
                 and not epilogue.reduce_axis and not s[epilogue].inlined
                 and not s[anchor_op].inlined):
@@ -216,24 +231,28 @@ def schedule(group, compute_at: bool = True):
         if not isinstance(op, ComputeOp) or op in done or s[op].inlined:
             continue
         if op.reduce_axis:
-            made = schedule_reduce(s, op)
+            made = schedule_reduce(s, op, several=reduce_anchor)
             if rule in ("injective", "reduce", "direct") and made == "reduce_tree":
                 rule = "reduce_tree"
             elif rule == "injective":   # softmax: its reductions feed an elementwise output
                 rule = made
         else:
-            schedule_injective(s, op)
+            schedule_injective(s, op, vector=True)
     return s, rule
 
 
-def _bind_elements(stage, axes):
+def _bind_elements(stage, axes, lanes: int = 1):
     """Fuse ``axes`` into one loop and bind it to work groups of up to :data:`THREADS` work
-    items; gives the loop bound to ``threadIdx.x`` (None when there is no axis)."""
+    items, each ``lanes`` neighbouring elements in a ``vectorized`` loop (``lanes`` divides the
+    extent); gives the loop bound to ``threadIdx.x`` (None when there is no axis)."""
     if not axes:
         return None
     fused = axes[0]
     for axis in axes[1:]:
         fused = stage.fuse(fused, axis)
+    if lanes > 1:
+        fused, lane = stage.split(fused, lanes)
+        stage.vectorize(lane)
     threads = min(THREADS, fused.extent)
     block, thread = stage.split(fused, threads)
     stage.bind(block, "blockIdx.x")
@@ -241,21 +260,49 @@ def _bind_elements(stage, axes):
     return thread
 
 
-def schedule_injective(s, op):
-    """One element per work item, the elements in row-major order across the work items."""
-    return _bind_elements(s[op], list(op.axis))
+VECTOR_LANE_CHOICES = (1, 2, 4, 8, 16)
+"""The values of ``RB_GPU_VECTOR``."""
 
 
-def schedule_reduce(s, op) -> str:
-    """A long reduction over one axis (:data:`TREE_MIN` elements or more) as a tree in shared
-    memory, one work group per output element (``reduce_tree``); any other reduction one
-    output element per work item, its reduction a loop inside the work item (``reduce``).
-    Gives the rule's name."""
+def vector_lanes() -> int:
+    """``RB_GPU_VECTOR``, checked."""
+    lanes = config.get("RB_GPU_VECTOR")
+    if lanes not in VECTOR_LANE_CHOICES:
+        raise CompileError(f"RB_GPU_VECTOR={lanes}: expected one of "
+                           f"{', '.join(map(str, VECTOR_LANE_CHOICES))}")
+    return lanes
+
+
+def schedule_injective(s, op, vector: bool = False):
+    """One element per work item, the elements in row-major order across the work items; with
+    ``vector``, :func:`vector_lanes` neighbouring elements per work item where they divide the
+    innermost axis of a float32 or float64 output (the code generator writes them as one vector
+    store, and each input it reads along the same axis as one vector load)."""
     axes = list(op.axis)
-    if len(op.reduce_axis) != 1 or op.reduce_axis[0].extent < TREE_MIN or not axes:
+    lanes = vector_lanes() if vector else 1
+    if not (lanes > 1 and axes and op.output.dtype in VECTOR_DTYPES
+            and int(axes[-1].extent) % lanes == 0):
+        lanes = 1
+    return _bind_elements(s[op], axes, lanes)
+
+
+def schedule_reduce(s, op, several: bool = False) -> str:
+    """A long reduction (:data:`TREE_MIN` elements or more, over one axis, or with ``several``
+    over several axes taken as one) as a tree in shared memory, one work group per output
+    element (``reduce_tree``); any other reduction one output element per work item, its
+    reduction a loop inside the work item (``reduce``). Gives the rule's name.
+
+    ``several`` is for the reduction operators (``sum``, ``mean``, ``max``... over axes); a
+    convolution's or a pooling's window (input channels x rows x columns) stays a loop in one
+    work item per output, the form the GPU measurements chose (see :func:`conv_mode`)."""
+    axes = list(op.axis)
+    extent = 1
+    for k in op.reduce_axis:
+        extent *= int(k.extent)
+    if extent < TREE_MIN or not axes or (len(op.reduce_axis) > 1 and not several):
         _bind_elements(s[op], axes)
         return "reduce"
-    threads = min(THREADS, 1 << (op.reduce_axis[0].extent.bit_length() - 1))
+    threads = _tree_threads(op)
     partials = s.tree_reduce(op.output, threads)
     final = s[op.output]
     group = axes[0]
@@ -270,12 +317,44 @@ def schedule_reduce(s, op) -> str:
     return "reduce_tree"
 
 
+def _tree_threads(op) -> int:
+    extent = 1
+    for k in op.reduce_axis:
+        extent *= int(k.extent)
+    return min(THREADS, 1 << (extent.bit_length() - 1))
+
+
+def _schedule_tree_epilogue(s, op, epilogue) -> set:
+    """The tree of ``op`` (see :func:`schedule_reduce`) inside the work groups of its
+    elementwise ``epilogue`` (``nn.dense`` + bias + relu at batch 1): one work group per output
+    element reduces into ``shared`` memory as a ``reduce_tree``, and its first work item
+    applies the epilogue to the sum and stores the result, in one launch. Gives the stages it
+    placed."""
+    partials = s.tree_reduce(op.output, _tree_threads(op))
+    out = s[epilogue]
+    group = epilogue.axis[0]
+    for axis in epilogue.axis[1:]:
+        group = out.fuse(group, axis)
+    out.bind(group, "blockIdx.x")
+    final = s[op.output]
+    final.set_scope("shared")
+    final.compute_at(out, group)
+    for partial in partials:
+        stage = s[partial]
+        stage.set_scope("shared")
+        stage.compute_at(out, group)
+        stage.bind(partial.op.axis[-1], "threadIdx.x")
+    return {epilogue, s.op_of(op.output)} | {p.op for p in partials}
+
+
 TREE_FIRST_MAX_OUTPUTS = 16384
 """A reduction over one axis of :data:`TREE_MIN` elements or more with at most this many output
 elements (``nn.dense`` at batch 1: a row of features, each the sum over a long row of the
-weights) is a ``reduce_tree`` at the root even when an epilogue (bias, relu) reads it: one
-work group per output reads its row of the weights coalesced, and the epilogue is a small
-launch of its own. One work item per output with the reduction in a loop would read the weights
+weights) is a ``reduce_tree`` even when an epilogue (bias, relu) reads it: one work group per
+output reads its row of the weights coalesced, and its first work item applies an elementwise
+epilogue of the same shape to the sum as it stores it (:func:`_schedule_tree_epilogue`, one
+launch; any other epilogue is a launch of its own after the tree, computed at the root). One
+work item per output with the reduction in a loop would read the weights
 column-wise, a row apart from its neighbour: VGG-16's first dense layer (25088 x 4096) took 3.4
 ms that way on an H100, over 20 times what the memory allows."""
 

@@ -57,3 +57,4 @@ def small_resnet18():
     expected = rb.create_executor("interpreter", mod=mod).evaluate()(
         x, *[params[p.name_hint] for p in main.params[1:]])
     return mod, params, data.name_hint, x, np.asarray(expected)
+

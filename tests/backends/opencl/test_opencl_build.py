@@ -71,30 +71,34 @@ def test_elementwise_and_integer_ops(target, opt_level):
 
 REDUCTIONS = rb.parse('''#[version = "0.0.5"]
 def @main(%x: Tensor[(3, 10), float32], %z: Tensor[(2, 3, 4, 5), float32],
-          %long: Tensor[(2, 1000), float32], %n: Tensor[(5, 300), int32]) {
+          %long: Tensor[(2, 1000), float32], %n: Tensor[(5, 300), int32],
+          %p: Tensor[(2, 8, 14, 14), float32]) {
   (nn.softmax(%x), nn.log_softmax(%x), sum(%x, axis=[1]), max(%z, axis=[1, 3]),
    mean(%z, axis=[0, 2], keepdims=True), sum(%x), argmax(%x, axis=[1]), prod(%x, axis=[0]),
-   nn.softmax(%long), min(%long, axis=[1]), sum(%n, axis=[1]), max(%n, axis=[1]))
+   nn.softmax(%long), min(%long, axis=[1]), sum(%n, axis=[1]), max(%n, axis=[1]),
+   mean(%p, axis=[2, 3]), max(%p, axis=[1, 3]))
 }''')
 
 
 @pytest.mark.parametrize("opt_level", [0, 3])
 def test_reductions_and_softmax(target, opt_level):
     """Short reductions one work item per output; over 1000 and 300 elements a tree in shared
-    memory (256 work items per group, 1000 not a multiple of it)."""
+    memory (256 work items per group, 1000 not a multiple of it), and over two axes taken as
+    one: the 14 x 14 pixels of each channel (196 elements) and axes 1 and 3 (112, apart)."""
     lib = _check(REDUCTIONS, target, opt_level)
     rules = {k.name: k.rule for k in lib.kernels}
     assert [r for n, r in rules.items() if n.startswith("fused_nn_softmax")] == \
         ["reduce", "reduce_tree"]
-    assert sum(r == "reduce_tree" for r in rules.values()) == 4
+    assert sum(r == "reduce_tree" for r in rules.values()) == 6
 
 
 DENSE = rb.parse('''#[version = "0.0.5"]
 def @main(%x: Tensor[(9, 70), float32], %w: Tensor[(40, 70), float32], %b: Tensor[(40), float32],
           %v: Tensor[(5, 70), float32], %u: Tensor[(2, 3, 70), float32],
-          %one: Tensor[(1, 70), float32]) {
+          %one: Tensor[(1, 70), float32], %row: Tensor[(1, 70), float32]) {
   (nn.relu(nn.bias_add(nn.dense(%x, %w), %b)), nn.dense(%x, %v), nn.dense(%u, %w),
-   nn.batch_matmul(%u, %u, transpose_b=True), nn.dense(%one, %w))
+   nn.batch_matmul(%u, %u, transpose_b=True), nn.dense(%one, %w),
+   nn.relu(nn.bias_add(nn.dense(%row, %w), %b)))
 }''')
 
 
@@ -106,7 +110,12 @@ def test_dense_shared_tiles_and_direct(target):
     rules = {k.name: k.rule for k in lib.kernels}
     assert rules["fused_nn_dense_add_nn_relu"] == "dense_shared"
     assert rules["fused_nn_dense"] == "reduce_tree"   # 5 features: a tree over 70 inputs
-    assert list(rules.values()).count("reduce_tree") == 4
+    assert list(rules.values()).count("reduce_tree") == 5
+    # one row + bias + relu: the tree's first work item applies the epilogue, one launch
+    tree = next(k for k in lib.kernels if k.rule == "reduce_tree" and "nn.relu" in k.ops)
+    text = tree.source("opencl")
+    assert text.count("__kernel void") == 1
+    assert "if (get_local_id(0) == 0) relu[" in text
     shared = next(k for k in lib.kernels if k.rule == "dense_shared")
     text = shared.source("opencl")
     assert "__local float" in text and "barrier(CLK_LOCAL_MEM_FENCE);" in text

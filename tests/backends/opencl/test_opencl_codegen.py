@@ -10,11 +10,13 @@ import numpy as np
 import pytest
 
 from relaybench import te
-from relaybench.backends.opencl import (DeviceFeatures, build_kernel, build_kernels, generate,
+from relaybench.backends.opencl import (DeviceFeatures, build_kernel, generate,
                                         program_text)
 from relaybench.errors import CompileError, ExecutionError
 from relaybench.ir.types import convert_values
 from relaybench.te import loop_ir as L
+
+from _opencl_cases import build_cases, run_case
 
 N = 32
 
@@ -123,16 +125,12 @@ _build_cases()
 @pytest.fixture(scope="session")
 def kernels(target):
     """Every case's kernel, built as one program."""
-    built = {name: build_kernel(func, target, lazy=True) for name, (func, _, _) in CASES.items()}
-    build_kernels(list(built.values()))
-    return built
+    return build_cases(CASES, target)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_scalar_semantics(kernels, name):
-    func, inputs, expected = CASES[name]
-    out = np.zeros(expected.shape, func.params[-1].dtype)
-    kernels[name](*inputs, out)
+    out, expected = run_case(kernels[name], CASES[name])
     if out.dtype.kind == "f":
         np.testing.assert_allclose(out, expected, rtol=2e-6, atol=1e-7, equal_nan=True)
     else:
