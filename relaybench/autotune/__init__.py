@@ -17,15 +17,41 @@ the logs shipped in ``relaybench/autotune/logs`` to every build. The kernel cach
 loop IR, which the config shapes, so tuned and untuned kernels never share an entry.
 """
 
-from .dispatch import (ApplyConfig, ApplyHistoryBest, DispatchContext, apply_history_best,  # noqa: F401
-                       config_for, current_context)
-from .measure import DaskRunner, LocalRunner, measure_candidate, task_function  # noqa: F401
-from .record import Record, best_by_workload, load_records, save_records, shipped_logs  # noqa: F401
-from .space import ConfigSpace, Knob, Workload  # noqa: F401
-from .tuner import Task, TuningResult, extract_tasks, tune, tune_task  # noqa: F401
+import importlib
+
+#: name -> the submodule that defines it, imported on first use (a build reads the dispatch
+#: context and the shipped logs; the tuner, the runners and their subprocess machinery load only
+#: for tuning)
+_LAZY = {
+    **dict.fromkeys(("ApplyConfig", "ApplyHistoryBest", "DispatchContext", "apply_history_best",
+                     "config_for", "current_context"), ".dispatch"),
+    **dict.fromkeys(("DaskRunner", "LocalRunner", "measure_candidate", "task_function"),
+                    ".measure"),
+    **dict.fromkeys(("Record", "best_by_workload", "load_records", "save_records",
+                     "shipped_logs"), ".record"),
+    **dict.fromkeys(("ConfigSpace", "Knob", "Workload"), ".space"),
+    **dict.fromkeys(("Task", "TuningResult", "extract_tasks", "tune", "tune_task"), ".tuner"),
+}
 
 __all__ = ["ApplyConfig", "ApplyHistoryBest", "DispatchContext", "apply_history_best",
            "config_for", "current_context", "DaskRunner", "LocalRunner", "measure_candidate",
            "task_function", "Record", "best_by_workload", "load_records", "save_records",
            "shipped_logs", "ConfigSpace", "Knob", "Workload", "Task", "TuningResult",
            "extract_tasks", "tune", "tune_task"]
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:   # a submodule not imported yet
+        try:
+            return importlib.import_module(f".{name}", __name__)
+        except ModuleNotFoundError:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
+

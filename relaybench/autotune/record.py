@@ -187,7 +187,7 @@ def host_cpu() -> dict:
     global _cpu
     if _cpu is None:
         import os
-        model = platform.processor() or ""
+        model = ""
         try:
             for line in Path("/proc/cpuinfo").read_text().splitlines():
                 if line.startswith("model name"):
@@ -195,6 +195,8 @@ def host_cpu() -> dict:
                     break
         except OSError:
             pass
+        if not model:   # (platform.processor runs `uname -p` in a new process on Linux)
+            model = platform.processor() or ""
         from ..backends.llvm.jit import host_target
         host = host_target()
         _cpu = {"model": model, "llvm_cpu": host.cpu, "features": host.features,

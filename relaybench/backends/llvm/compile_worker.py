@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import subprocess
 import sys
 import threading
 import time
@@ -101,6 +100,7 @@ class _Worker:
     """One helper process and the pipes to it."""
 
     def __init__(self):
+        import subprocess   # here: a build whose kernels are all cached starts no helper
         code = ("import runpy, sys; sys.argv = sys.argv[1:]; "
                 "runpy.run_path(sys.argv[0], run_name='__main__')")
         self.process = subprocess.Popen([sys.executable, "-c", code, os.path.abspath(__file__)],
@@ -117,6 +117,7 @@ class _Worker:
             self.process.stdin.close()
         except OSError:
             pass
+        import subprocess
         try:
             self.process.wait(timeout=10)
         except subprocess.TimeoutExpired:

@@ -55,7 +55,6 @@ from typing import Any
 from ... import config
 from ...errors import CompileError
 from .cache import CacheEntry, KernelCache, cache_key
-from .compile_worker import compile_object
 
 __all__ = ["HostTarget", "JIT", "CompiledModule", "host_target", "get_jit", "compile_module",
            "prefer_vector_width", "known_cpus", "INT8_PATHS", "int8_path"]
@@ -418,6 +417,7 @@ class JIT:
     def _compile(self, text: str, digest: str, name: str) -> CacheEntry:
         llvm = _binding()
         try:
+            from .compile_worker import compile_object
             obj, optimized, symbols = compile_object(llvm, self.machine, self.target.triple,
                                                      text, digest)
         except RuntimeError as err:
@@ -456,6 +456,7 @@ class JIT:
 
         def compile_here(text, digest, name):
             with self.lock:
+                from .compile_worker import compile_object
                 return compile_object(_binding(), self.machine, self.target.triple, text, digest)
 
         host = (self.target.triple, self.target.cpu, self.target.features)
