@@ -17,7 +17,7 @@ the logs shipped in ``relaybench/autotune/logs`` to every build. The kernel cach
 loop IR, which the config shapes, so tuned and untuned kernels never share an entry.
 """
 
-import importlib
+from .._lazy import lazy_attributes
 
 #: name -> the submodule that defines it, imported on first use (a build reads the dispatch
 #: context and the shipped logs; the tuner, the runners and their subprocess machinery load only
@@ -40,18 +40,5 @@ __all__ = ["ApplyConfig", "ApplyHistoryBest", "DispatchContext", "apply_history_
            "extract_tasks", "tune", "tune_task"]
 
 
-def __getattr__(name: str):
-    module = _LAZY.get(name)
-    if module is None:   # a submodule not imported yet
-        try:
-            return importlib.import_module(f".{name}", __name__)
-        except ModuleNotFoundError:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY)
 

@@ -6,7 +6,7 @@ llvmlite (the ``llvm`` extra) is imported only when something is compiled or loa
 and the runtime need numpy only. The names below come from their submodules on first use.
 """
 
-import importlib
+from ..._lazy import lazy_attributes
 
 #: name -> the submodule that defines it, imported on first use: a build whose kernels are all
 #: cached loads them without the code generator (and llvmlite's IR builder) ever imported
@@ -22,17 +22,4 @@ _LAZY = {
 __all__ = list(_LAZY)
 
 
-def __getattr__(name: str):
-    module = _LAZY.get(name)
-    if module is None:   # a submodule not imported yet
-        try:
-            return importlib.import_module(f".{name}", __name__)
-        except ModuleNotFoundError:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY)
