@@ -435,6 +435,8 @@ VECTOR_LANES = (2, 3, 4, 8, 16)
 VECTOR_DTYPES = ("float32", "float64")
 """The element types of the vector stores and arithmetic the generator writes."""
 
+_WIDE_INDEX = ("int32", "int64")   # casts of an index to these keep its value (indices fit)
+
 
 def _divisible(e, m: int) -> bool:
     """Whether the int expression ``e`` is a multiple of ``m`` whatever its variables' values
@@ -455,7 +457,7 @@ def _divisible(e, m: int) -> bool:
         if e.op == "%" and type(e.b) is L.IntImm and int(e.b.value) > 0 \
                 and int(e.b.value) % m == 0:
             return _divisible(e.a, m)
-    if cls is L.Cast and e.dtype in _BITS and e.value.dtype in _BITS:
+    if cls is L.Cast and e.dtype in _WIDE_INDEX and e.value.dtype in _BITS:
         return _divisible(e.value, m)
     return False
 
@@ -469,11 +471,10 @@ class _Lanes:
         self._mentions: dict = {}
 
     def mentions(self, e) -> bool:
-        key = id(e)
-        found = self._mentions.get(key)
-        if found is None:
-            found = self._mentions[key] = _mentions_var(e, self.var)
-        return found
+        known = self._mentions.get(id(e))
+        if known is None:   # the node is kept with its answer, so its id is not reused
+            known = self._mentions[id(e)] = (e, _mentions_var(e, self.var))
+        return known[1]
 
     def at(self, e, lane: int):
         """``e`` in lane ``lane``: the loop's variable replaced by the constant, simplified."""
@@ -513,8 +514,8 @@ class _Lanes:
                 return None
             # any other operator of operands that do not move with the lane does not either
             return 0 if self.coefficient(e.a) == 0 and self.coefficient(e.b) == 0 else None
-        if cls is L.Cast and e.dtype in _BITS and e.value.dtype in _BITS:
-            return self.coefficient(e.value)
+        if cls is L.Cast and e.dtype in _WIDE_INDEX and e.value.dtype in _BITS:
+            return self.coefficient(e.value)   # (a narrower cast could wrap between lanes)
         return None
 
     def flat_coefficient(self, buffer, indices):
@@ -923,9 +924,10 @@ class _Writer:
                 if e.op in ("min", "max"):
                     name = self.helpers.float_min_max_vector(e.op, e.dtype, vec.lanes)
                     return f"{name}({self._broadcast(a, t)}, {self._broadcast(b, t)})", True
-                return f"({a[0]} {e.op} {b[0]})", True
+                return f"({a[0]} {e.op} {b[0]})", a[1] or b[1]
             elif cls is L.Unary and e.op == "-":
-                return f"(-{self._vector_value(e.a, vec)[0]})", True
+                a = self._vector_value(e.a, vec)
+                return f"(-{a[0]})", a[1]
             elif cls is L.Select and not vec.mentions(e.cond):
                 yes = self._broadcast(self._vector_value(e.true_value, vec), t)
                 no = self._broadcast(self._vector_value(e.false_value, vec), t)

@@ -74,6 +74,17 @@ def _alternating():
     return te.lower(s, [X], name="alternating"), [x], np.where(np.arange(32) % 2 == 0, x, -x)
 
 
+def _grouped():
+    """``Y[i] = S[i // 4] * 2``: the lanes of a work item read one element of S (a scalar that
+    depends on the loop's variable but not on the lane), widened for the store."""
+    S = te.placeholder((8,), name="S")
+    Y = te.compute((32,), lambda i: S[i // 4] * 2.0, name="Y")
+    s = te.create_schedule(Y)
+    _spread(s, Y, 4)
+    x = RNG.standard_normal(8).astype("float32")
+    return te.lower(s, [S], name="grouped"), [x], np.repeat(x, 4) * 2
+
+
 def _widened():
     """float32 -> float64 and exp, 2 lanes of double."""
     X = te.placeholder((16,), name="X")
@@ -126,7 +137,7 @@ def _scattered():
 CASES = {name: make() for name, make in [
     ("bias_relu_float32", _bias_relu), ("bias_relu_float64", lambda: _bias_relu("float64", 2)),
     ("shifted", _shifted), ("transposed", _transposed), ("alternating", _alternating),
-    ("widened", _widened), ("three_lanes", _three_lanes), ("accumulated", _accumulated),
+    ("widened", _widened), ("grouped", _grouped), ("three_lanes", _three_lanes), ("accumulated", _accumulated),
     ("scattered", _scattered)]}
 
 # what each kernel's text shows
@@ -138,6 +149,7 @@ TEXT = {
     "transposed": ["((float4)(X["],
     "alternating": ["((float8)("],
     "widened": ["convert_double2(", "exp(convert_double2("],
+    "grouped": ["*((__global float4*)(Y + ", "= ((float4)((S["],
     "three_lanes": ["vstore3(", "sqrt(vload3(0, "],
     "accumulated": ["fma(((float8)(A[", "*((__global const float8*)(B + "],
     "scattered": ["for ("],
