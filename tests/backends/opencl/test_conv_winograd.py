@@ -192,12 +192,13 @@ def _random_convolutions(seed: int, count: int):
 
 def test_random_winograd_convolutions_agree_with_the_interpreter(target):
     """A small differential test of the Winograd groups (the random-program tester's
-    convolutions are rarely 3 x 3 with stride and dilation 1 in NCHW): eight seeded random
-    shapes, paddings and epilogues, every one in Winograd's form, against the interpreter."""
-    lib = _winograd_build_agrees(_random_convolutions(7, 8), target, seed=2)
+    convolutions are rarely 3 x 3 with stride and dilation 1 in NCHW, and its OpenCL
+    configuration takes one program in six): six seeded random shapes, paddings and epilogues,
+    every one in Winograd's form, against the interpreter."""
+    lib = _winograd_build_agrees(_random_convolutions(7, 6), target, seed=2)
     rules = [k.rule for k in lib.kernels if "conv2d" in k.name and "weight_transform" not in
              k.name.replace("without_weight_transform", "")]
-    assert rules.count("conv2d_winograd") == 8, rules
+    assert rules.count("conv2d_winograd") == 6, rules
 
 
 def test_a_one_channel_output_runs_on_pocl(target):
