@@ -164,6 +164,14 @@ def test_describe_is_a_markdown_table_of_every_knob():
     assert "3 prints the IR after each pass" in config.describe()
 
 
+def test_the_readme_table_is_describe():
+    """The README's table of knobs is ``describe()``'s output, row for row."""
+    from pathlib import Path
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    table = config.describe().strip()
+    assert table in readme, "README.md's knob table differs from relaybench.config.describe()"
+
+
 def test_module_docstring_example_runs():
     result = doctest.testmod(config, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0
