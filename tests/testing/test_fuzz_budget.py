@@ -7,8 +7,8 @@ import pytest
 from relaybench.testing.fuzz import check_seed
 
 FIRST_SEED = 50_000
-CHUNKS = 8
-PER_CHUNK = 12       # 96 programs
+CHUNKS = 6
+PER_CHUNK = 12       # 72 programs
 DEVICE_EVERY = 6
 """The OpenCL configuration runs every sixth program: each program is a new OpenCL build,
 about a second of PoCL's compiler on a cold cache, where the CPU configurations' kernels come
