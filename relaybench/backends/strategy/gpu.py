@@ -296,10 +296,7 @@ def schedule_reduce(s, op, several: bool = False) -> str:
     convolution's or a pooling's window (input channels x rows x columns) stays a loop in one
     work item per output, the form the GPU measurements chose (see :func:`conv_mode`)."""
     axes = list(op.axis)
-    extent = 1
-    for k in op.reduce_axis:
-        extent *= int(k.extent)
-    if extent < TREE_MIN or not axes or (len(op.reduce_axis) > 1 and not several):
+    if _reduce_extent(op) < TREE_MIN or not axes or (len(op.reduce_axis) > 1 and not several):
         _bind_elements(s[op], axes)
         return "reduce"
     threads = _tree_threads(op)
@@ -317,11 +314,17 @@ def schedule_reduce(s, op, several: bool = False) -> str:
     return "reduce_tree"
 
 
-def _tree_threads(op) -> int:
+def _reduce_extent(op) -> int:
+    """How many elements each output of ``op`` reduces (its reduce axes together)."""
     extent = 1
     for k in op.reduce_axis:
         extent *= int(k.extent)
-    return min(THREADS, 1 << (extent.bit_length() - 1))
+    return extent
+
+
+def _tree_threads(op) -> int:
+    """The work items of ``op``'s tree: a power of two, at most :data:`THREADS`."""
+    return min(THREADS, 1 << (_reduce_extent(op).bit_length() - 1))
 
 
 def _schedule_tree_epilogue(s, op, epilogue) -> set:
