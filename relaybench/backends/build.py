@@ -39,6 +39,7 @@ from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
+from .._gc import gc_paused
 from ..errors import CompileError, RelayError
 from ..ir.expr import Call, Function, Op
 from ..ir.functor import post_order
@@ -651,6 +652,13 @@ def build(mod, target="llvm", params: Optional[dict] = None, opt_level: int = 3,
                            config=config, num_threads=num_threads)
     if executor != "graph":
         raise ValueError(f"build: executor must be 'graph' or 'aot', not {executor!r}")
+    with gc_paused():   # a large program's nodes: see relaybench._gc
+        return _build_graph(mod, target, params, opt_level, instruments, required_pass,
+                            disabled_pass, config, num_threads)
+
+
+def _build_graph(mod, target, params, opt_level, instruments, required_pass, disabled_pass,
+                 config, num_threads):
     from ..passes import InferType
     from ..passes.bind_params import bind_params
     from ..ir.expr import Let

@@ -9,13 +9,14 @@
 
 from __future__ import annotations
 
+import weakref
 from collections import Counter
 
-from .expr import Call, Expr, Function, Let, Match, Op, Var, pattern_vars
+from .expr import Call, Expr, Function, Let, Match, Op, Var, expr_children, pattern_vars
 from .functor import post_order
 
-__all__ = ["free_vars", "bound_vars", "all_vars", "count_ops", "op_histogram", "count_nodes",
-           "strongly_connected_components"]
+__all__ = ["free_vars", "bound_vars", "all_vars", "count_ops", "op_histogram", "ops_used",
+           "count_nodes", "strongly_connected_components"]
 
 
 def _binders(node) -> list:
@@ -78,6 +79,44 @@ def op_histogram(expr) -> Counter:
             if isinstance(node, Call) and isinstance(node.op, Op):
                 hist[node.op.name] += 1
     return hist
+
+
+_OPS_USED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def ops_used(expr) -> frozenset:
+    """The names of the primitive operators ``expr`` (or a module's functions) calls anywhere,
+    fused functions included. Remembered per node, which is immutable, so a pipeline whose passes
+    leave a function alone walks it once; a pass that touches only some operators asks this
+    first and returns its input when none of them is there.
+
+    >>> from relaybench.ir import var
+    >>> x = var("x", shape=(2,))
+    >>> sorted(ops_used(Function([x], (x + x) * x)))
+    ['add', 'multiply']
+    """
+    from .module import IRModule
+    if isinstance(expr, IRModule):
+        out: set = set()
+        for func in expr.functions.values():
+            out |= ops_used(func)
+        return frozenset(out)
+    got = _OPS_USED.get(expr)
+    if got is None:
+        names = set()
+        seen = set()
+        stack = [expr]
+        children = expr_children
+        while stack:
+            node = stack.pop()
+            if node in seen:
+                continue
+            seen.add(node)
+            if type(node) is Call and type(node.op) is Op:
+                names.add(node.op.name)
+            stack.extend(children(node))
+        got = _OPS_USED[expr] = frozenset(names)
+    return got
 
 
 def count_ops(expr) -> int:

@@ -37,6 +37,7 @@ from typing import Optional
 
 import numpy as np
 
+from .._gc import gc_paused
 from ..errors import ParseError
 from . import symbolic
 from ._tokens import (EOF, GLOBAL, GRAPH, IDENT, LOCAL, NUMBER, PUNCT, STRING, LineIndex,
@@ -102,9 +103,10 @@ def parse(text: str, source_name: str = "<string>", init_module: Optional[IRModu
     >>> mod["main"].body.data
     array([1., 1.], dtype=float32)
     """
-    p = _Parser(text, source_name, init_module, _meta_table_constants(init_meta_table))
-    with _stack_room():
-        mod = p.parse_module()
+    with gc_paused():
+        p = _Parser(text, source_name, init_module, _meta_table_constants(init_meta_table))
+        with _stack_room():
+            mod = p.parse_module()
     if init_module is None:
         return mod
     merged = init_module.copy()

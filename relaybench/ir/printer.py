@@ -48,6 +48,7 @@ from typing import Optional
 
 import numpy as np
 
+from .._gc import gc_paused
 from .adt import TypeData
 from .expr import (Call, Constant, Constructor, Expr, Function, GlobalVar, If, Let, Match, Op,
                    PatternConstructor, PatternTuple, PatternVar, PatternWildcard, RefCreate, RefRead,
@@ -92,9 +93,11 @@ def astext(obj, show_types: bool = True, show_meta_data: bool = True, mark=None,
     """
     printer = _Printer(show_types, mark, show_spans, show_constant_types)
     if isinstance(obj, IRModule):
-        text = printer.module_text(obj)
+        with gc_paused():
+            text = printer.module_text(obj)
     elif isinstance(obj, Expr):
-        text = printer.root_text(obj, None)
+        with gc_paused():
+            text = printer.root_text(obj, None)
         if show_header:
             text = f'#[version = "{VERSION}"]\n' + text
     elif isinstance(obj, Type):

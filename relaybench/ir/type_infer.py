@@ -48,6 +48,7 @@ from __future__ import annotations
 from typing import Optional
 
 from .analysis import strongly_connected_components
+from .._gc import gc_paused
 from ..errors import TypeInferenceError
 from .attrs import Attrs
 from .expr import (Call, Constant, Constructor, Expr, Function, GlobalVar, If, Let, Match, Op,
@@ -689,11 +690,17 @@ def write_back(fn: Function) -> Function:
         elif cls is Var:
             if node.type_annotation is None and _annotatable(node.type_or_none):
                 needed = True
-        elif cls is Function:
+        elif cls is Function and node is not fn:
             if node.ret_type is None and node.type_or_none is not None:
                 needed = True
-    if not needed:
-        return fn
+    if not needed:  # at most the function's own return type to write: its body stays shared
+        t = fn.type_or_none
+        ret = t.ret_type if isinstance(t, FuncType) else None
+        if fn.ret_type is not None or not _annotatable(ret):
+            return fn
+        new = Function(fn.params, fn.body, ret, fn.type_params, fn.attrs).with_span(fn.span)
+        new.set_checked_type(t)
+        return new
 
     class _WriteBack(ExprMutator):
         def visit_var(self, var):
@@ -742,11 +749,12 @@ def infer_module(mod):
     }
     """
     new = mod.copy()
-    _infer_functions(new)
-    for gv, fn in list(new.functions.items()):
-        out = write_back(fn)
-        if out is not fn:
-            new.functions[gv] = out
+    with gc_paused():
+        _infer_functions(new)
+        for gv, fn in list(new.functions.items()):
+            out = write_back(fn)
+            if out is not fn:
+                new.functions[gv] = out
     return new
 
 

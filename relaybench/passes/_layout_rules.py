@@ -446,5 +446,7 @@ def rewrite_layouts(mod, hooks: dict):
     module object when nothing changed. Functions marked ``Primitive``, ``Compiler`` or
     ``SkipOptimization`` are left alone."""
     from .infra import rewrite_each_function
-    return rewrite_each_function(mod, lambda func: LayoutRewriter(hooks).rewrite_function(func))
+    # layouts change only where a hooked operator asks: without one, every rule keeps its input's
+    return rewrite_each_function(mod, lambda func: LayoutRewriter(hooks).rewrite_function(func),
+                                 ops=hooks)
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import re
 
+from ..ir.analysis import ops_used
 from ..ir.expr import Call, Function, Op
 from ..ir.functor import ExprMutator
 from ..ir.types import TensorType
@@ -102,6 +103,8 @@ class _CastCanonicalizer(ExprMutator):
 def CanonicalizeCast(mod, ctx):
     """Duplicate each widening ``cast`` shared by several elementwise/broadcast consumers, so
     every consumer has its own copy and FuseOps can fuse it into that consumer."""
+    if not ops_used(mod) & {"cast"}:
+        return mod
     work = typed(mod)
     new, changed = {}, False
     for gv, func in work.functions.items():

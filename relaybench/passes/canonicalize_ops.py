@@ -20,6 +20,7 @@ fn (%x: Tensor[(1, 4, 8, 8), float32], %b: Tensor[(4), float32]) -> Tensor[(1, 4
 
 from __future__ import annotations
 
+from ..ir.analysis import ops_used
 from ..ir.expr import Call, Function, Op
 from ..ir.functor import FusedAwareMutator
 from ..ir.types import TensorType
@@ -62,6 +63,8 @@ class _Canonicalizer(FusedAwareMutator):
 
 def canonicalize_ops(func: Function, mod=None) -> Function:
     """``func`` with ``nn.bias_add`` rewritten; the same object when it has none."""
+    if not ops_used(func) & _RULES.keys():
+        return func
     return _Canonicalizer(func, mod).visit(func)
 
 

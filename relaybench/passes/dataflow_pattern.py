@@ -90,6 +90,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Iterable, Optional, Sequence
 
+from .._gc import gc_paused
 from ..errors import RelayError
 from ..ir.attrs import Attrs, freeze_value
 from ..ir.expr import (Call, Constant, Constructor, Expr, Function, GlobalVar, If, Let, Op, Tuple,
@@ -1436,26 +1437,7 @@ def _same_items(xs, ys) -> bool:
     return len(xs) == len(ys) and all(x is y for x, y in zip(xs, ys))
 
 
-class _GCPaused:
-    """Pauses Python's cyclic garbage collector while a large program is indexed and rebuilt.
-
-    The traversals allocate hundreds of thousands of short-lived containers and nodes; with the
-    collector running, its full collections (each walking every live object) dominate the time
-    on programs of 100,000 nodes. Nothing made here forms reference cycles that need it, and the
-    collector's previous state is restored on exit.
-    """
-
-    def __enter__(self):
-        import gc
-        self._was = gc.isenabled()
-        gc.disable()
-        return self
-
-    def __exit__(self, *exc):
-        import gc
-        if self._was:
-            gc.enable()
-        return False
+_GCPaused = gc_paused   # the rewriter and partitioner pause the collector (see relaybench._gc)
 
 
 def _needs_types(pattern: DFPattern) -> bool:

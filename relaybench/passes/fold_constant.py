@@ -37,6 +37,8 @@ from __future__ import annotations
 import re
 from typing import Optional
 
+import weakref
+
 import numpy as np
 
 from ..ir.expr import Call, Constant, Expr, Function, Let, Op, Tuple
@@ -253,9 +255,22 @@ def _blocked_transform_of(expr):
 
 
 def fold_constant(func: Function, mod=None) -> Function:
-    """``func`` with its constant subexpressions folded; the same object when nothing folds."""
+    """``func`` with its constant subexpressions folded; the same object when nothing folds.
+
+    A function that came back unchanged is remembered, and not walked again: a pipeline runs
+    FoldConstant three times, mostly on functions the passes between left alone."""
+    if func.body in _FIXED_POINTS:
+        return func
     with np.errstate(all="ignore"):  # 1/0 gives inf here as at run time, without a warning
-        return _ConstantFolder(func, mod).visit(func)
+        out = _ConstantFolder(func, mod).visit(func)
+    if out is func:
+        _FIXED_POINTS.add(func.body)
+    return out
+
+
+#: bodies of functions FoldConstant left as they were (nodes are immutable, so they stay so; a
+#: function rebuilt around the same body, with a return type written, is one of them too)
+_FIXED_POINTS: "weakref.WeakSet" = weakref.WeakSet()
 
 
 @function_pass(opt_level=2)

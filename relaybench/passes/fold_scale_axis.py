@@ -79,6 +79,10 @@ _ANY, _NONZERO, _POSITIVE = 0, 1, 2
 # Shared pieces
 
 
+#: the operators a scale folds into; a function without them has nothing to fold
+_ANCHORS = frozenset({"nn.conv2d", "nn.dense"})
+
+
 def _op(name: str, *args, **attrs) -> Call:
     from ..op.registry import OpCaller, get_opdef
     return OpCaller(get_opdef(name))(*args, **attrs)
@@ -391,7 +395,7 @@ def BackwardFoldScaleAxis(mod, ctx):
     scaled too), ``nn.bias_add`` and other per-channel multiplications; each value on the way must
     have no other use.
     """
-    return rewrite_each_function(mod, lambda func: _Backward(func).run())
+    return rewrite_each_function(mod, lambda func: _Backward(func).run(), ops=_ANCHORS)
 
 
 # =============================================================================================
@@ -530,7 +534,7 @@ def ForwardFoldScaleAxis(mod, ctx):
     (positive scales), additions of a broadcast operand (nonzero scales; the operand is divided)
     and multiplications.
     """
-    return rewrite_each_function(mod, lambda func: _Forward(func).run())
+    return rewrite_each_function(mod, lambda func: _Forward(func).run(), ops=_ANCHORS)
 
 
 # =============================================================================================

@@ -49,6 +49,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional, Sequence
 
+from .._gc import gc_paused
+from ..ir.analysis import ops_used
 from ..ir.expr import Function
 from ..ir.module import IRModule
 
@@ -269,10 +271,11 @@ class PassContext:
             inst.run_before_pass(mod, p.info)
         self._depth += 1
         try:
-            out = p.transform(mod, self)
-            if not isinstance(out, IRModule):
-                raise TypeError(f"pass {p.info.name} returned {type(out).__name__}, not an IRModule")
-            out = _typed(out, mod, p)
+            with gc_paused():
+                out = p.transform(mod, self)
+                if not isinstance(out, IRModule):
+                    raise TypeError(f"pass {p.info.name} returned {type(out).__name__}, not an IRModule")
+                out = _typed(out, mod, p)
         except BaseException as err:
             self._depth -= 1
             _note(err, p.info)
@@ -358,15 +361,24 @@ class ModulePass(Pass):
 SKIPPED_FUNCTION_ATTRS = ("Primitive", "Compiler", "Extern", "SkipOptimization")
 
 
-def rewrite_each_function(mod: IRModule, rewrite: Callable) -> IRModule:
+def rewrite_each_function(mod: IRModule, rewrite: Callable, ops: Optional[Iterable[str]] = None) -> IRModule:
     """``mod`` typed, with ``rewrite(func) -> Function`` applied to each global function a
     FunctionPass would visit (not Primitive, external or ``SkipOptimization`` ones); the same
     module object when no function changed. For module passes that rewrite function by function
-    but need the whole module typed first (AlterOpLayout, Legalize, FoldScaleAxis)."""
+    but need the whole module typed first (AlterOpLayout, Legalize, FoldScaleAxis).
+
+    ``ops``, where given, names the operators the rewrite acts on: a function that calls none of
+    them is left alone without a walk (:func:`~relaybench.ir.analysis.ops_used`), and a module
+    with no such function is returned as it is, without typing it."""
+    if ops is not None:
+        ops = frozenset(ops)
+        if not any(ops_used(f) & ops for f in mod.functions.values()):
+            return mod
     typed_mod = typed(mod)
     new, changed = {}, False
     for gv, func in typed_mod.functions.items():
-        if any(func.attrs.get(a) for a in SKIPPED_FUNCTION_ATTRS):
+        if any(func.attrs.get(a) for a in SKIPPED_FUNCTION_ATTRS) or (
+                ops is not None and not ops_used(func) & ops):
             new[gv] = func
             continue
         out = rewrite(func)
@@ -855,12 +867,19 @@ def parse_pipeline(text: str) -> Sequential:
     return Sequential(passes, name="pipeline")
 
 
+def is_typed(mod: IRModule) -> bool:
+    """Whether inference has typed every function of ``mod`` (their nodes are immutable, and
+    inference types a function's every node at once, so a typed function and body say it)."""
+    return all(f.type_or_none is not None and f.body.type_or_none is not None
+               for f in mod.functions.values())
+
+
 def typed(mod: IRModule) -> IRModule:
     """``mod`` with every function typed (re-running inference only if some node lacks a type).
 
     Passes that read ``checked_type`` call this on their input.
     """
-    if all(f.type_or_none is not None and f.body.type_or_none is not None for f in mod.functions.values()):
+    if is_typed(mod):
         return mod
     from ..ir.type_infer import infer_module
     return infer_module(mod)

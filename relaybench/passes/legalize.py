@@ -152,7 +152,7 @@ def legalize(mod, target="llvm"):
     rules = _legalizations(target)
     if not rules:
         return mod
-    return rewrite_each_function(mod, lambda func: _Legalizer(rules).visit(func))
+    return rewrite_each_function(mod, lambda func: _Legalizer(rules).visit(func), ops=rules)
 
 
 @module_pass(opt_level=1)

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ir.analysis import ops_used
 from ..ir.expr import Call, Constant, Expr, Function, Op, Tuple, TupleGetItem
 from ..ir.functor import FusedAwareMutator
 from ..ir.types import TensorType
@@ -132,6 +133,7 @@ def _layer_norm(type_of, call: Call, args: list):
 _TUPLE_RULES = {"nn.batch_norm": (3, _batch_norm), "nn.dropout": (2, _dropout)}
 # Tensor-valued ops: name -> rule(types, original call, rewritten args) -> replacement or None
 _RULES = {"nn.layer_norm": _layer_norm}
+_ALL_RULES = frozenset(_TUPLE_RULES) | frozenset(_RULES)
 
 
 def _rule_op(e: Expr):
@@ -180,6 +182,8 @@ class _InferenceSimplifier(FusedAwareMutator):
 
 def simplify_inference(func: Function, mod=None) -> Function:
     """``func`` with batch norm, dropout and layer norm unpacked; the same object if it has none."""
+    if not ops_used(func) & _ALL_RULES:
+        return func
     return _InferenceSimplifier(func, mod).visit(func)
 
 
