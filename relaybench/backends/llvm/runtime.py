@@ -61,6 +61,10 @@ def _tensor_text(shape, dtype) -> str:
     return f"Tensor[({dims}), {dtype}]"
 
 
+def _given(value: np.ndarray) -> str:
+    return _tensor_text(value.shape, value.dtype.name)
+
+
 @dataclass(frozen=True)
 class TensorSpec:
     """An array argument: its name, shape (a ``None`` dimension accepts any size) and dtype.
@@ -76,6 +80,7 @@ class TensorSpec:
     def __post_init__(self):
         object.__setattr__(self, "shape", tuple(self.shape))
         object.__setattr__(self, "dtype", np.dtype(self.dtype).name)
+        object.__setattr__(self, "_np_dtype", np.dtype(self.dtype))
 
     @property
     def ctype(self):
@@ -89,16 +94,18 @@ class TensorSpec:
         """Check ``value`` against this spec; return its data pointer."""
         if not isinstance(value, np.ndarray):
             self._fail(kernel, f"not an array: {type(value).__name__}", type(value).__name__)
-        given = _tensor_text(value.shape, value.dtype.name)
-        if value.dtype != np.dtype(self.dtype):
-            self._fail(kernel, "wrong dtype", given)
-        if len(value.shape) != len(self.shape) or any(
-                want is not None and want != got for want, got in zip(self.shape, value.shape)):
-            self._fail(kernel, "wrong shape", given)
-        if not value.flags.c_contiguous:
-            self._fail(kernel, "not C-contiguous", given + " (strided)")
-        if self.output and not value.flags.writeable:
-            self._fail(kernel, "output is read-only", given + " (read-only)")
+        # called on every kernel launch: the text of what was given is made only for an error
+        if value.dtype != self._np_dtype:
+            self._fail(kernel, "wrong dtype", _given(value))
+        shape = value.shape
+        if shape != self.shape and (len(shape) != len(self.shape) or any(
+                want is not None and want != got for want, got in zip(self.shape, shape))):
+            self._fail(kernel, "wrong shape", _given(value))
+        flags = value.flags
+        if not flags.c_contiguous:
+            self._fail(kernel, "not C-contiguous", _given(value) + " (strided)")
+        if self.output and not flags.writeable:
+            self._fail(kernel, "output is read-only", _given(value) + " (read-only)")
         return value.ctypes.data
 
     def _fail(self, kernel: str, what: str, given: str):
