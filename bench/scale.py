@@ -1,4 +1,5 @@
-"""Time each step of the foundation on long programs: build, print, parse, type-check, hash.
+"""Time each step of the foundation on long programs: build, print, parse, type-check, hash,
+and the default optimization pipeline at opt_level 3.
 
     python bench/scale.py [--sizes 10000,100000]
 
@@ -47,6 +48,10 @@ def measure(n: int) -> dict:
     same = rb.structural_equal(parsed, typed)  # the text carries the types inference wrote
     times["structural-equal"] = time.perf_counter() - t
     assert same and h1 == structural_hash(typed), "round trip lost structure"
+    t = time.perf_counter()
+    with rb.passes.PassContext(opt_level=3):
+        rb.passes.default_pipeline(3)(mod)
+    times["default pipeline"] = time.perf_counter() - t
     return times
 
 

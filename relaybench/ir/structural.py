@@ -53,6 +53,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from .._gc import gc_paused
 from .adt import TypeData
 from .attrs import Attrs
 from .expr import (Call, Clause, Constant, Constructor, Expr, Function, GlobalVar, If, Let, Match, Op,
@@ -700,7 +701,8 @@ def first_difference(lhs, rhs, map_free_vars: bool = False) -> Optional[Differen
 def structural_equal(lhs, rhs, map_free_vars: bool = False) -> bool:
     """Whether two expressions, types, patterns, type definitions, attributes or modules have
     the same structure (see the module docstring for the rules)."""
-    return _Equal(map_free_vars).run(lhs, rhs) is None
+    with gc_paused():
+        return _Equal(map_free_vars).run(lhs, rhs) is None
 
 
 def assert_structural_equal(lhs, rhs, map_free_vars: bool = False) -> None:
@@ -721,6 +723,11 @@ def structural_hash(value, map_free_vars: bool = False, constant_data: bool = Tr
     (scalars still by value): the hash of what a compiled kernel depends on, since such constants
     reach a kernel as arguments while scalars are written into its code.
     """
+    with gc_paused():
+        return _structural_hash(value, map_free_vars, constant_data)
+
+
+def _structural_hash(value, map_free_vars: bool, constant_data: bool) -> int:
     tokens: list = []
     emit = tokens.append
     graph_index: dict = {}

@@ -124,3 +124,17 @@ def @main(%x: Tensor[(2), float32]) { @f(%x) }'''
     # main's return type, written by the first inference, no longer holds: checked again, it fails
     with pytest.raises(rb.errors.TypeInferenceError, match="float32 vs float16"):
         rb.passes.InferType()(replaced)
+
+
+def test_infer_type_on_a_function_typed_in_place_writes_its_return_type_only():
+    from relaybench.ir.type_infer import infer_module
+    x = rb.var("x", shape=(2,))
+    mod = rb.IRModule.from_expr(rb.Function([x], op.multiply(op.add(x, x), x)))
+    assert not infra.is_typed(mod)
+    infra.typed(mod)            # types mod's nodes in place, as passes that read types do
+    assert infra.is_typed(mod) and mod["main"].ret_type is None
+    out = rb.passes.InferType()(mod)
+    assert out["main"].body is mod["main"].body          # not solved again, not rebuilt
+    assert str(out["main"].ret_type) == "Tensor[(2), float32]"
+    assert structural_equal(out, infer_module(rb.IRModule.from_expr(
+        rb.Function([x], op.multiply(op.add(x, x), x)))))
