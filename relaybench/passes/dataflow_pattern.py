@@ -1437,9 +1437,6 @@ def _same_items(xs, ys) -> bool:
     return len(xs) == len(ys) and all(x is y for x, y in zip(xs, ys))
 
 
-_GCPaused = gc_paused   # the rewriter and partitioner pause the collector (see relaybench._gc)
-
-
 def _needs_types(pattern: DFPattern) -> bool:
     return any(isinstance(q, (TypePattern, DataTypePattern, ShapePattern))
                for q in pattern_post_order(pattern))
@@ -1481,7 +1478,7 @@ def rewrite(callbacks, expr: Expr, mod=None, trace: Optional[list] = None, max_r
             raise PatternError(f"rewrite rule {cb.rule_name} has no pattern (set self.pattern)")
     needs_types = [cb.require_type or _needs_types(cb.pattern) for cb in callbacks]
     graph: Optional[_Graph] = None
-    with _GCPaused():
+    with gc_paused():
         for rnd in range(max_rounds):
             fired = False
             for cb, typed_ in zip(callbacks, needs_types):
@@ -1561,7 +1558,7 @@ def partition(pattern: DFPattern, expr: Expr, attrs: Optional[dict] = None,
     """
     pattern = as_pattern(pattern)
     _check_expr(expr, "partition")
-    with _GCPaused():
+    with gc_paused():
         graph = _Graph(expr)
         groups = _find_groups(pattern, graph, _Matcher(expr, mod, graph), check)
         if not groups:

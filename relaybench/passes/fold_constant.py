@@ -257,8 +257,8 @@ def _blocked_transform_of(expr):
 def fold_constant(func: Function, mod=None) -> Function:
     """``func`` with its constant subexpressions folded; the same object when nothing folds.
 
-    A function that came back unchanged is remembered, and not walked again: a pipeline runs
-    FoldConstant three times, mostly on functions the passes between left alone."""
+    The body of a function that came back unchanged is remembered, and not walked again: a
+    pipeline runs FoldConstant three times, mostly on functions the passes between left alone."""
     if func.body in _FIXED_POINTS:
         return func
     with np.errstate(all="ignore"):  # 1/0 gives inf here as at run time, without a warning
