@@ -1,12 +1,14 @@
-"""Compile time of the zoo's vision models: ``rb.build`` cold (an empty kernel cache) and cached
-(every kernel in the on-disk cache from an earlier build), each in fresh processes.
+"""Compile time of the zoo's vision models: ``rb.build`` cold (empty caches), cached (the
+optimized module in the build cache and every kernel in the kernel cache, from an earlier build)
+and with the passes run (``RB_BUILD_CACHE=off``: the kernels cached, the passes run again), each
+in fresh processes.
 
     python bench/compile_time.py [--models resnet18,mobilenet_v2,vgg16] [--repeat 5]
 
 Each measurement is a new Python process that imports relaybench, makes the model (batch 1,
 float32) and times one ``rb.build(mod, target="llvm", params=params)`` at the default opt level.
 A cold run gets a new, empty ``RB_CACHE_DIR``; the cached runs share one that a first build
-filled. The table gives the median over ``--repeat`` processes of the build and of its phases,
+filled, the two kinds of cached run taken in turn. The table gives the median over ``--repeat`` processes of the build and of its phases,
 read from the build's ``compile_stats`` (the timing the compile-time view,
 :func:`relaybench.viz.compile_time`, also shows): passes (``optimize_seconds``), lowering to loop
 IR, code generation and JIT (LLVM, or loading a cached kernel), and the rest (building the graph
@@ -52,14 +54,15 @@ print(json.dumps({"import": t1 - t0, "build": t3 - t2, "passes": s.optimize_seco
                   "lower": s.lower_seconds, "codegen+jit": s.compile_seconds,
                   "executor": max(0.0, s.total_seconds - s.optimize_seconds - s.lower_seconds
                                   - s.compile_seconds),
-                  "compiled": s.llvm_compiled, "from_disk": s.from_disk, "in-process": again}))
+                  "compiled": s.llvm_compiled, "from_disk": s.from_disk, "in-process": again,
+                  "optimize_cached": s.optimize_cached}))
 """
 
 COLUMNS = ("build", "passes", "lower", "codegen+jit", "executor", "import", "in-process")
 
 
-def run_one(model: str, cache_dir: str, env: dict, again: bool) -> dict:
-    env = dict(env, RB_CACHE_DIR=cache_dir)
+def run_one(model: str, cache_dir: str, env: dict, again: bool, build_cache: bool = True) -> dict:
+    env = dict(env, RB_CACHE_DIR=cache_dir, RB_BUILD_CACHE="on" if build_cache else "off")
     out = subprocess.run([sys.executable, "-c", _CHILD, model, "1" if again else "0"], env=env,
                          capture_output=True, text=True, check=False)
     if out.returncode != 0:
@@ -81,22 +84,28 @@ def measure(model: str, repeat: int, env: dict, workdir: Path) -> dict:
         cold.append(run_one(model, str(workdir / f"{model}-cold-{k}"), env, again=False))
     shared = str(workdir / f"{model}-cached")
     run_one(model, shared, env, again=False)  # fills the cache
-    cached = [run_one(model, shared, env, again=True) for _ in range(repeat)]
-    for r in cached:
+    cached, kernels_only = [], []
+    for _ in range(repeat):      # the two kinds of cached build taken in turn
+        cached.append(run_one(model, shared, env, again=True))
+        kernels_only.append(run_one(model, shared, env, again=True, build_cache=False))
+    for r in cached + kernels_only:
         if r["compiled"]:
             raise RuntimeError(f"{model}: a cached build compiled {r['compiled']} kernels")
-    return {"cold": medians(cold), "cached": medians(cached),
+    for r in cached:
+        if not r["optimize_cached"]:
+            raise RuntimeError(f"{model}: a cached build ran the passes")
+    return {"cold": medians(cold), "cached": medians(cached), "passes run": medians(kernels_only),
             "kernels": cold[0]["compiled"]}
 
 
 def table(results: dict) -> str:
-    head = f"{'model':14s} {'run':7s} " + " ".join(f"{c:>11s}" for c in COLUMNS)
+    head = f"{'model':14s} {'run':10s} " + " ".join(f"{c:>11s}" for c in COLUMNS)
     lines = [head, "-" * len(head)]
     for model, r in results.items():
-        for run in ("cold", "cached"):
+        for run in ("cold", "cached", "passes run"):
             cells = " ".join(f"{r[run][c]:11.3f}" if r[run][c] is not None else f"{'-':>11s}"
                              for c in COLUMNS)
-            lines.append(f"{model:14s} {run:7s} {cells}")
+            lines.append(f"{model:14s} {run:10s} {cells}")
     return "\n".join(lines)
 
 

@@ -99,7 +99,7 @@ KNOBS: Mapping[str, Knob] = _table(
          "verbosity: 0 quiet, 3 prints the IR after each pass, 4 also the generated kernels",
          minimum=0),
     Knob("RB_CACHE_DIR", "path", "~/.cache/relaybench",
-         "where compiled kernels are cached on disk"),
+         "where compiled kernels, group lowerings and optimized modules are cached on disk"),
     Knob("RB_OPENCL_BINARIES", "str", "auto",
          "whether built OpenCL programs' binaries are kept in RB_CACHE_DIR: on, off, or auto "
          "(every driver but PoCL, which keeps its own cache of compiled kernels and compiles "
@@ -139,6 +139,13 @@ KNOBS: Mapping[str, Knob] = _table(
     Knob("RB_LOWERING_CACHE", "str", "on",
          "on: a build whose kernels are cached skips lowering their groups, reading each one's "
          "manifest from memory or RB_CACHE_DIR/groups (llvm); off: every group is lowered"),
+    Knob("RB_BUILD_CACHE", "str", "on",
+         "on: relaybench.build keeps the optimized module of each build in RB_CACHE_DIR/builds "
+         "(constants mapped from the file), so building the same program again skips the "
+         "passes; off: the passes always run"),
+    Knob("RB_BUILD_CACHE_MB", "int", 2048,
+         "the most MiB RB_CACHE_DIR/builds holds (least recently used entries removed first); a "
+         "build whose constants take more than a quarter of it is not kept", minimum=0),
     Knob("RB_AUTOTUNE_LOG", "str", "shipped",
          "a tuning log (JSON lines, relaybench.autotune) whose best config per workload every "
          "llvm build uses, as inside apply_history_best; 'shipped' for the logs shipped with "

@@ -26,7 +26,8 @@ def test_every_knob_is_declared_with_a_doc():
     assert set(config.KNOBS) == {"RB_DEBUG", "RB_CACHE_DIR", "RB_NUM_THREADS", "RB_TARGET",
                                  "RB_KERNEL_CACHE_SIZE", "RB_X86_INT8", "RB_GPU_CONV",
                                  "RB_AUTOTUNE_LOG", "RB_AOT_STACK_MB", "RB_WINOGRAD",
-                                 "RB_OPENCL_BINARIES", "RB_LOWERING_CACHE", "RB_GPU_VECTOR"}
+                                 "RB_OPENCL_BINARIES", "RB_LOWERING_CACHE", "RB_GPU_VECTOR",
+                                 "RB_BUILD_CACHE", "RB_BUILD_CACHE_MB"}
     for name, knob in config.KNOBS.items():
         assert knob.name == name
         assert knob.doc and "\n" not in knob.doc

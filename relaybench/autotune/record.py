@@ -238,8 +238,23 @@ def _has_avx512(cpu: dict) -> bool:
     return "+avx512f" in str(cpu.get("features", "")).split(",")
 
 
+_LOG_KIND: dict = {}   # (path, size, modification time) -> _log_avx512's answer
+
+
 def _log_avx512(path: Path):
-    """Whether the first record of a log was measured with AVX-512 (None: no record)."""
+    """Whether the first record of a log was measured with AVX-512 (None: no record); read
+    again only when the file changes (every build's cache keys ask)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    stamp = (str(path), st.st_size, st.st_mtime_ns)
+    if stamp not in _LOG_KIND:
+        _LOG_KIND[stamp] = _read_log_avx512(path)
+    return _LOG_KIND[stamp]
+
+
+def _read_log_avx512(path: Path):
     try:
         with open(path, encoding="utf-8") as f:
             for line in f:

@@ -72,6 +72,7 @@ class CompileStats:
     from_disk: int = 0
     from_memory: int = 0
     lowerings_cached: int = 0  # groups whose lowering came from the lowering cache
+    optimize_cached: bool = False  # the optimized module came from the build cache
     opencl_compiled: int = 0
     accel_kernels: int = 0     # groups run on the simulated accelerator
     cpu_reasons: dict = field(default_factory=dict)   # accel target: group -> why on the CPU
@@ -85,6 +86,7 @@ class CompileStats:
                 + (f"on the accelerator {self.accel_kernels}, " if self.accel_kernels else "")
                 + f"from the disk cache {self.from_disk}, from memory {self.from_memory}"
                 + (f"; {self.lowerings_cached} lowerings cached" if self.lowerings_cached else "")
+                + ("; passes from the build cache" if self.optimize_cached else "")
                 + ")")
 
 
@@ -657,42 +659,62 @@ def build(mod, target="llvm", params: Optional[dict] = None, opt_level: int = 3,
                             disabled_pass, config, num_threads)
 
 
-def _build_graph(mod, target, params, opt_level, instruments, required_pass, disabled_pass,
-                 config, num_threads):
-    from ..passes import InferType
-    from ..passes.bind_params import bind_params
+def _optimized(mod: IRModule, params, target: Target, opt_level, instruments, required_pass,
+               disabled_pass, config) -> tuple:
+    """``(mod with params bound, through the default pipeline and typed, whether that came
+    from the build cache)`` (:mod:`.build_cache`, keyed by the inputs as given: a build that
+    finds its key neither binds the parameters, nor packs for the accelerator, nor optimizes)."""
     from ..ir.expr import Let
     from ..ir.functor import post_order
+    from ..passes.bind_params import bind_params
+    from ..passes.infer_type import InferType
     from ..passes.pipelines import optimize
     from ..passes.to_graph_normal_form import ToGraphNormalForm
-    from .graph_executor import extract_graph
+    from .build_cache import build_key, get_build_cache
 
-    start = time.perf_counter()
-    target = Target.parse(target)
-    mod = _as_module(mod)
+    config = dict(config or {})
+    # the passes apply the target's policies; on the accelerator, the CPU's to what it leaves
+    config.setdefault("relay.target", str(target.host if target.kind == "accel" else target))
+    key = build_key(mod, params, target, opt_level, required_pass, disabled_pass, config,
+                    instruments)
+    if key is not None:
+        found = get_build_cache().load(key)
+        if found is not None:
+            return found, True
     if params:
         mod = bind_params(mod, params)
     if any(type(n) is Let for n in post_order(mod["main"])):
         # dataflow lets become graph edges, so FuseOps fuses across them (lets with effects stay)
         mod = ToGraphNormalForm()(mod)
-    config = dict(config or {})
     if target.kind == "accel":
         # VTA's flow: the quantized program packed for the accelerator; the CPU's policies for
         # the rest (AlterOpLayout blocks the NCHW convolutions left to the CPU and leaves the
         # packed ones as they are)
         mod = _pack_for_accel(mod, target)
-        config.setdefault("relay.target", str(target.host))
-    config.setdefault("relay.target", str(target))   # the passes apply the target's policies
+    optimized = optimize(mod, opt_level, instruments=instruments, required_pass=required_pass,
+                         disabled_pass=disabled_pass, config=config)
+    if optimized["main"].checked_type is None:
+        optimized = InferType()(optimized)
+    if key is not None:
+        get_build_cache().store(key, optimized)
+    return optimized, False
+
+
+def _build_graph(mod, target, params, opt_level, instruments, required_pass, disabled_pass,
+                 config, num_threads):
+    from .graph_executor import extract_graph
+
+    start = time.perf_counter()
+    target = Target.parse(target)
+    mod = _as_module(mod)
     if target.kind == "opencl":
         from .opencl import get_device
         get_device(target)  # no matching device: say so before optimizing
     stats = CompileStats()
     jit_before = _jit_stats()
     opencl_before = _opencl_stats()
-    optimized = optimize(mod, opt_level, instruments=instruments, required_pass=required_pass,
-                         disabled_pass=disabled_pass, config=config)
-    if optimized["main"].checked_type is None:
-        optimized = InferType()(optimized)
+    optimized, stats.optimize_cached = _optimized(
+        mod, params, target, opt_level, instruments, required_pass, disabled_pass, config)
     stats.optimize_seconds = time.perf_counter() - start
     graph = extract_graph(optimized["main"])
     kernels = compile_groups([node.function for node in graph.nodes], target, stats)

@@ -24,7 +24,31 @@ from pathlib import Path
 
 from .. import config
 
-__all__ = ["DiskCache"]
+__all__ = ["DiskCache", "sources_digest"]
+
+_digests: dict = {}
+
+
+def sources_digest(parts: tuple) -> str:
+    """A digest of the package's sources under ``parts`` (folders and files relative to the
+    package: their paths, sizes and modification times), once per process: what a cache key
+    holds so that a changed compiler never reads an entry an older one wrote."""
+    found = _digests.get(parts)
+    if found is None:
+        import hashlib
+        root = Path(__file__).resolve().parent.parent
+        digest = hashlib.sha256()
+        for part in parts:
+            path = root / part
+            files = sorted(path.rglob("*.py")) if path.is_dir() else [path]
+            for f in files:
+                try:
+                    st = f.stat()
+                except OSError:
+                    continue
+                digest.update(f"{f.relative_to(root)}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+        found = _digests[parts] = digest.hexdigest()
+    return found
 
 
 class DiskCache:
@@ -72,14 +96,16 @@ class DiskCache:
         except FileNotFoundError:  # another process removed or replaced it first
             pass
 
-    def write(self, key: str, data: bytes) -> None:
-        """Write ``key``'s entry atomically (a temporary file, then ``os.replace``)."""
+    def write(self, key: str, data) -> None:
+        """Write ``key``'s entry atomically (a temporary file, then ``os.replace``): ``data`` is
+        bytes, or a list of buffers written one after the other (large arrays, not joined)."""
         directory = self.directory
         directory.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}.", suffix=".tmp", dir=directory)
         try:
             with os.fdopen(fd, "wb") as out:
-                out.write(data)
+                for part in (data if isinstance(data, list) else [data]):
+                    out.write(part)
             os.replace(tmp, self.path(key))
         except BaseException:
             try:

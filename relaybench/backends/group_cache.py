@@ -39,10 +39,9 @@ import hashlib
 import json
 import threading
 from collections import OrderedDict
-from pathlib import Path
 
 from .. import config
-from .disk_cache import DiskCache
+from .disk_cache import DiskCache, sources_digest
 
 __all__ = ["GroupCache", "group_key", "get_group_cache", "MANIFEST_FORMAT"]
 
@@ -58,28 +57,7 @@ _SOURCES = ("op", "te", "ir", "autotune", "quantize", "backends/strategy", "back
             "backends/lowering.py", "backends/target.py", "backends/build.py",
             "backends/group_cache.py")
 
-_source_digest: str | None = None
 _lock = threading.Lock()
-
-
-def _sources_digest() -> str:
-    """A digest of the sources in ``_SOURCES`` (paths, sizes and modification times), once per
-    process."""
-    global _source_digest
-    if _source_digest is None:
-        root = Path(__file__).resolve().parent.parent
-        digest = hashlib.sha256()
-        for part in _SOURCES:
-            path = root / part
-            files = sorted(path.rglob("*.py")) if path.is_dir() else [path]
-            for f in files:
-                try:
-                    st = f.stat()
-                except OSError:
-                    continue
-                digest.update(f"{f.relative_to(root)}:{st.st_size}:{st.st_mtime_ns}\n".encode())
-        _source_digest = digest.hexdigest()
-    return _source_digest
 
 
 def _steps_aside(target) -> bool:
@@ -104,7 +82,7 @@ def group_key(func, name: str, target) -> str | None:
     from ..ir.structural import structural_hash
     from .llvm.jit import host_target
     knobs = [(k, str(config.get(k))) for k in LOWERING_KNOBS]
-    parts = (f"format={MANIFEST_FORMAT}", _sources_digest(), str(target),
+    parts = (f"format={MANIFEST_FORMAT}", sources_digest(_SOURCES), str(target),
              host_target().identity, repr(knobs), repr(_knob_logs_stamp()), name,
              str(structural_hash(func, constant_data=False)))
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()

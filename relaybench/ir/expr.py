@@ -195,6 +195,22 @@ class Constant(_NodeRepr, Expr):
         object.__setattr__(node, "data", array)
         return node
 
+    @classmethod
+    def of_readonly(cls, array: np.ndarray) -> "Constant":
+        """A constant holding ``array`` as it is, with no copy: an array that is read-only and
+        that nothing writes through another name (a weight mapped from the build cache's file).
+
+        >>> a = np.arange(3.0); a.setflags(write=False)
+        >>> Constant.of_readonly(a[1:]).data.base is a
+        True
+        """
+        if array.flags.writeable:
+            raise ValueError("Constant.of_readonly takes a read-only array")
+        check_dtype(array.dtype)
+        node = object.__new__(cls)
+        object.__setattr__(node, "data", array)
+        return node
+
     @property
     def tensor_type(self) -> TensorType:
         return TensorType(self.data.shape, self.data.dtype.name)

@@ -113,6 +113,25 @@ def astext(obj, show_types: bool = True, show_meta_data: bool = True, mark=None,
     return text
 
 
+
+def module_text_and_constants(mod: IRModule) -> tuple:
+    """``(text, constants)``: the module's text without types and without its ``#[metadata]``
+    section, and the :class:`Constant` nodes its ``meta[relay.Constant][i]`` name, in order
+    (``parse(text, init_meta_table={"relay.Constant": constants})`` reads it back). What the
+    build cache keeps: the tensors travel as bytes, not as text.
+
+    >>> from relaybench.ir import const, var, Function
+    >>> x = var("x", shape=(2,))
+    >>> text, consts = module_text_and_constants(IRModule.from_expr(
+    ...     Function([x], x + const(np.ones(2, "float32")))))
+    >>> "meta[relay.Constant][0]" in text, len(consts)
+    (True, 1)
+    """
+    printer = _Printer(False, None, False, False)
+    with gc_paused():
+        text = printer.module_text(mod)
+    return text, list(printer.meta)
+
 # ---------------------------------------------------------------------------------------------
 # Leaves: scalars, attribute values, names
 

@@ -750,7 +750,9 @@ def _stats_text(stats) -> str:
             f"optimize {stats.optimize_seconds:.2f} s, lower {stats.lower_seconds:.2f} s, "
             f"compile {stats.compile_seconds:.2f} s, total {stats.total_seconds:.2f} s; "
             f"LLVM compiled {stats.llvm_compiled}, from disk {stats.from_disk}, "
-            f"from memory {stats.from_memory}")
+            f"from memory {stats.from_memory}"
+            + ("; passes from the build cache" if getattr(stats, "optimize_cached", False)
+               else ""))
 
 
 def _plan_text(plan) -> str:
