@@ -70,6 +70,31 @@ code("""
 again
 """)
 md("""
+## The build cache
+
+What is left of a cached build is the passes, and most of their time goes into the weights:
+FoldConstant lays each layer's weights out for its kernel, folds the batch norms' scales in,
+and transforms the 3x3 weights for Winograd (four times their size). They depend only on the
+program, its parameters and the settings, so `rb.build` keeps its optimized module in the
+**build cache** (`RB_CACHE_DIR/builds`): the Relay text, and the constants as bytes that a later
+build maps back from the file. The key holds the program's structure, a SHA-1 of every weight,
+the opt level, the passes required and disabled, the pass configuration, the target and the
+host CPU, and the compiler's sources, so any change to what the passes see builds afresh. A
+build with pass instruments (as `rb.viz.compile_time` above) always runs the passes: they are
+there to be watched. `RB_BUILD_CACHE=off` turns the cache off.
+""")
+code("""
+import numpy as np
+first = rb.build(mod, params=params)
+second = rb.build(mod, params=params)
+print(second.compile_stats)
+""")
+code("""
+x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype("float32")
+(second.compile_stats.optimize_cached, rb.ir.structural_equal(second.mod, first.mod),
+ bool(np.array_equal(second.run(data=x), first.run(data=x))))
+""", check=True)
+md("""
 ## The graph executor's memory plan
 
 The graph executor plans its memory once, when the module is loaded: every intermediate tensor
