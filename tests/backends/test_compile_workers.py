@@ -33,3 +33,26 @@ def test_a_build_whose_kernels_helper_processes_compiled(monkeypatch, tmp_path):
     soft /= soft.sum(axis=1, keepdims=True)
     want = np.maximum(np.exp((soft @ w2.T) * 0.37) - 1.01, 0)
     np.testing.assert_allclose(np.asarray(lib.run(x=data)), want, rtol=1e-5, atol=1e-6)
+
+
+def test_helpers_follow_the_idle_cores_measured_now(monkeypatch):
+    """Idle cores come from /proc/stat sampled around a short wait, so this process's own work
+    of the last minute (which the load average counts) does not keep a build to one core."""
+    import os
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    samples = iter([(1000, 4000), (1300, 4400)])          # 300 of 400 jiffies idle: 3 cores
+    monkeypatch.setattr(compile_worker, "_cpu_times", lambda: next(samples))
+    monkeypatch.setattr(compile_worker.time, "sleep", lambda s: None)
+    assert compile_worker.idle_cores(4) == 3.0
+    for idle, jobs, want in ((3.0, 21, 2), (4.0, 21, 3), (4.0, 2, 0), (4.0, 3, 2), (1.2, 21, 0),
+                             (0.0, 21, 0), (1.6, 21, 1)):
+        monkeypatch.setattr(compile_worker, "idle_cores", lambda cores, v=idle: v)
+        assert compile_worker.worker_count(jobs) == want, (idle, jobs)
+
+
+def test_without_proc_stat_the_load_average_decides(monkeypatch):
+    import os
+    monkeypatch.setattr(compile_worker, "_cpu_times", lambda: None)
+    monkeypatch.setattr(os, "getloadavg", lambda: (1.5, 1.0, 1.0))
+    assert compile_worker.idle_cores(4) == 3.5     # the load counts this process

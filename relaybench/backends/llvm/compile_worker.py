@@ -35,7 +35,7 @@ import threading
 import time
 from collections import deque
 
-__all__ = ["compile_object", "WorkerPool", "worker_count", "NO_SLP"]
+__all__ = ["compile_object", "WorkerPool", "worker_count", "idle_cores", "NO_SLP"]
 
 
 NO_SLP = "rb.no-slp"
@@ -79,21 +79,60 @@ def compile_object(llvm, machine, triple: str, text: str, digest: str) -> tuple:
 
 
 def worker_count(jobs: int) -> int:
-    """How many helper processes ``jobs`` compiles are worth: one per core left idle (the cores
-    less the load average, which counts this process), at most one per job beyond the first,
-    at most 7; none for fewer than 3 jobs (starting a helper costs about as much as a small
-    kernel). On a machine whose cores are busy, a helper only slows the build down."""
+    """How many helper processes ``jobs`` compiles are worth: one per idle core beyond the one
+    this process works on, at most one per job beyond the first, at most 7; none for fewer than
+    3 jobs (starting a helper costs about as much as a small kernel). On a machine whose cores
+    are busy, a helper only slows the build down.
+
+    The idle cores are measured (:func:`idle_cores`: the CPU time no process used over the
+    last 50 ms, while this one waits), not read from the load average, which counts this
+    process's own work of the last minute: a 2-core machine on which only this process had been
+    busy reads a load of 1 or more, and a build there would compile alone on one core.
+    """
     if jobs < 3:
         return 0
     try:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cores = os.cpu_count() or 1
+    if cores < 2:
+        return 0
+    idle = idle_cores(cores)
+    return max(0, min(int(idle + 0.5) - 1, cores - 1, jobs - 1, 7))
+
+
+def _cpu_times():
+    """``(idle, total)`` jiffies of every CPU together, from ``/proc/stat``; None elsewhere."""
     try:
-        idle = int(cores - os.getloadavg()[0])
+        with open("/proc/stat", "rb") as f:
+            fields = f.readline().split()
+    except OSError:
+        return None
+    if not fields or fields[0] != b"cpu":
+        return None
+    values = [int(v) for v in fields[1:9]]        # user nice system idle iowait irq softirq steal
+    return values[3] + values[4], sum(values)
+
+
+def idle_cores(cores: int, window: float = 0.05) -> float:
+    """How many of ``cores`` no process used over the next ``window`` seconds (``/proc/stat``,
+    sampled twice); where there is no ``/proc/stat``, the cores less the load average.
+
+    >>> 0.0 <= idle_cores(2) <= 2.0
+    True
+    """
+    before = _cpu_times()
+    if before is not None:
+        time.sleep(window)
+        after = _cpu_times()
+        if after is not None and after[1] > before[1]:
+            share = (after[0] - before[0]) / (after[1] - before[1])
+            # /proc/stat counts every CPU of the machine; this process may see fewer
+            return max(0.0, min(float(cores), share * (os.cpu_count() or cores)))
+    try:
+        return max(0.0, cores - os.getloadavg()[0] + 1.0)    # the load counts this process
     except (AttributeError, OSError):
-        idle = cores - 1
-    return max(0, min(idle, cores - 1, jobs - 1, 7))
+        return float(cores - 1)
 
 
 class _Worker:
