@@ -659,11 +659,13 @@ def build(mod, target="llvm", params: Optional[dict] = None, opt_level: int = 3,
                             disabled_pass, config, num_threads)
 
 
-def _optimized(mod: IRModule, params, target: Target, opt_level, instruments, required_pass,
-               disabled_pass, config) -> tuple:
+def optimized_module(mod: IRModule, params, target: Target, opt_level, instruments,
+                     required_pass, disabled_pass, config, graph: bool = True) -> tuple:
     """``(mod with params bound, through the default pipeline and typed, whether that came
-    from the build cache)`` (:mod:`.build_cache`, keyed by the inputs as given: a build that
-    finds its key neither binds the parameters, nor packs for the accelerator, nor optimizes)."""
+    from the build cache)``: what ``rb.build`` (``graph=True``: dataflow lets made graph edges
+    first) and the VM's compiler (``graph=False``) optimize. The build cache
+    (:mod:`.build_cache`) keys it by the inputs as given, so a build that finds its key neither
+    binds the parameters, nor packs for the accelerator, nor optimizes."""
     from ..ir.expr import Let
     from ..ir.functor import post_order
     from ..passes.bind_params import bind_params
@@ -676,14 +678,14 @@ def _optimized(mod: IRModule, params, target: Target, opt_level, instruments, re
     # the passes apply the target's policies; on the accelerator, the CPU's to what it leaves
     config.setdefault("relay.target", str(target.host if target.kind == "accel" else target))
     key = build_key(mod, params, target, opt_level, required_pass, disabled_pass, config,
-                    instruments)
+                    instruments, purpose="graph" if graph else "vm")
     if key is not None:
         found = get_build_cache().load(key)
         if found is not None:
             return found, True
     if params:
         mod = bind_params(mod, params)
-    if any(type(n) is Let for n in post_order(mod["main"])):
+    if graph and any(type(n) is Let for n in post_order(mod["main"])):
         # dataflow lets become graph edges, so FuseOps fuses across them (lets with effects stay)
         mod = ToGraphNormalForm()(mod)
     if target.kind == "accel":
@@ -693,7 +695,7 @@ def _optimized(mod: IRModule, params, target: Target, opt_level, instruments, re
         mod = _pack_for_accel(mod, target)
     optimized = optimize(mod, opt_level, instruments=instruments, required_pass=required_pass,
                          disabled_pass=disabled_pass, config=config)
-    if optimized["main"].checked_type is None:
+    if graph and optimized["main"].checked_type is None:
         optimized = InferType()(optimized)
     if key is not None:
         get_build_cache().store(key, optimized)
@@ -713,7 +715,7 @@ def _build_graph(mod, target, params, opt_level, instruments, required_pass, dis
     stats = CompileStats()
     jit_before = _jit_stats()
     opencl_before = _opencl_stats()
-    optimized, stats.optimize_cached = _optimized(
+    optimized, stats.optimize_cached = optimized_module(
         mod, params, target, opt_level, instruments, required_pass, disabled_pass, config)
     stats.optimize_seconds = time.perf_counter() - start
     graph = extract_graph(optimized["main"])

@@ -11,9 +11,11 @@ and the settings, so :func:`relaybench.build` keeps the pipeline's result under
     b"RBBUILD\\0" | format (u32) | header length (u32) | header (JSON) | constants
 
 The header holds the optimized module as Relay text whose tensor constants are
-``meta[relay.Constant][i]``, and where each constant's bytes lie (64-byte aligned). A build that
-finds its key reads the text back and maps the constants from the file (``mmap``, read-only):
-the weights come from the page cache without a copy.
+``meta[relay.Constant][i]``, the source positions of its nodes (so errors still name the user's
+text), and where each constant's bytes lie (64-byte aligned). A build that finds its key reads
+the text back and maps the constants from the file (``mmap``, read-only): the weights come from
+the page cache without a copy. The VM's compiler (:func:`relaybench.vm.compile`, and the AoT
+compiler through it) uses the same cache for its optimized module.
 
 The key (:func:`build_key`) holds what the pipeline's result depends on: the program's structure
 (:func:`~relaybench.ir.structural.structural_hash` with constants by dtype and shape) and the
@@ -24,7 +26,8 @@ compiler's sources. The cache steps aside (no key) when ``RB_BUILD_CACHE=off``, 
 has pass instruments (they are there to watch the passes run), inside a tuning dispatch context,
 while a user's operator attribute is registered, and when a configuration value is not plain
 data. An entry is stored only when its text reads back to the same module
-(:func:`~relaybench.ir.structural.structural_equal`); entries beyond ``RB_BUILD_CACHE_MB``
+(:func:`~relaybench.ir.structural.structural_equal`, with the same nodes one for one and every
+variable of the same name); entries beyond ``RB_BUILD_CACHE_MB``
 (least recently used first) are removed, and a module larger than a quarter of that is not kept.
 
 >>> import numpy as np, tempfile, relaybench as rb
@@ -112,10 +115,11 @@ def _tensor_constants(mod) -> list:
 
 
 def build_key(mod, params, target, opt_level: int, required_pass, disabled_pass, pass_config,
-              instruments=()) -> str | None:
+              instruments=(), purpose: str = "graph") -> str | None:
     """The cache key of what :func:`relaybench.build` optimizes ``mod`` (an :class:`IRModule`)
     into with ``params`` (name -> array, bound into ``@main``) and these settings, or None where
-    the cache steps aside (see the module)."""
+    the cache steps aside (see the module). ``purpose`` names the compiler the result is for
+    (``graph``, ``vm``): they prepare a module differently before the pipeline."""
     if _steps_aside(instruments, pass_config):
         return None
     from ..autotune.dispatch import _knob_logs_stamp
@@ -125,7 +129,7 @@ def build_key(mod, params, target, opt_level: int, required_pass, disabled_pass,
     from .llvm.jit import host_target
     digest = hashlib.sha256()
     knobs = [(k, str(config.get(k))) for k in LOWERING_KNOBS]
-    parts = (f"format={BUILD_FORMAT}", sources_digest(_SOURCES), str(target), host_target().identity,
+    parts = (f"format={BUILD_FORMAT}", f"for={purpose}", sources_digest(_SOURCES), str(target), host_target().identity,
              repr(knobs), repr(_knob_logs_stamp()), f"opt_level={int(opt_level)}",
              repr(sorted(required_pass)), repr(sorted(disabled_pass)),
              repr(sorted(dict(pass_config or {}).items())), repr(DEFAULT_PASSES),
@@ -178,6 +182,50 @@ def _bytes_of(array: np.ndarray):
 
 def _pad(n: int) -> int:
     return -n % _ALIGN
+
+
+def _nodes(mod) -> list:
+    """Every node of every function of ``mod``, functions by name, each in post-order."""
+    from ..ir.functor import post_order
+    out: list = []
+    for gv in sorted(mod.functions, key=lambda g: g.name_hint):
+        out.extend(post_order(mod[gv]))
+    return out
+
+
+def _spans_of(mod, again):
+    """The source positions of ``mod``'s nodes (``[[count, nodes], [index, source, line,
+    column, end line, end column], ...]``, by :func:`_nodes`' order), or None when ``again``
+    (``mod`` read back from its text) does not have the same nodes one for one: another
+    count, another kind of node, or a variable of another name (a graph's inputs are named by
+    them)."""
+    from ..ir.expr import GlobalVar, Var
+    mine, theirs = _nodes(mod), _nodes(again)
+    if len(mine) != len(theirs):
+        return None
+    out: list = [[len(mine)]]
+    for i, (a, b) in enumerate(zip(mine, theirs)):
+        if type(a) is not type(b):
+            return None
+        if isinstance(a, (Var, GlobalVar)) and a.name_hint != b.name_hint:
+            return None
+        span = a.span
+        if span is not None:
+            out.append([i, span.source_name, span.line, span.column, span.end_line,
+                        span.end_column])
+    return out
+
+
+def _put_spans(mod, spans: list) -> None:
+    """Give ``mod``'s nodes the positions :func:`_spans_of` recorded (the parser gave them
+    positions in the cache's text: those go)."""
+    from ..ir.expr import Span
+    nodes = _nodes(mod)
+    if not spans or spans[0] != [len(nodes)]:
+        raise ValueError(f"{len(nodes)} nodes read back, the header counts {spans[:1]}")
+    at = {row[0]: Span(row[1], row[2], row[3], row[4], row[5]) for row in spans[1:]}
+    for i, node in enumerate(nodes):
+        node.with_span(at.get(i))
 
 
 class BuildCache(DiskCache):
@@ -243,6 +291,7 @@ class BuildCache(DiskCache):
                         init_meta_table={"relay.Constant": constants})
         except RelayError as err:
             raise ValueError(f"its text does not parse: {err}") from None
+        _put_spans(mod, header["spans"])
         return InferType()(mod)
 
     def store(self, key: str, mod) -> bool:
@@ -265,6 +314,9 @@ class BuildCache(DiskCache):
             return False
         if not structural_equal(again, mod):
             return False
+        spans = _spans_of(mod, again)
+        if spans is None:
+            return False
         specs, offset = [], 0
         for a in arrays:
             specs.append({"dtype": a.dtype.str, "shape": list(a.shape), "offset": offset})
@@ -272,7 +324,7 @@ class BuildCache(DiskCache):
         # the header's own length decides where the constants start: fix it by iterating
         base = 0
         while True:
-            header = {"text": text, "size": 0, "constants": [
+            header = {"text": text, "size": 0, "spans": spans, "constants": [
                 dict(s, offset=s["offset"] + base) for s in specs]}
             header["size"] = base + offset
             head = json.dumps(header).encode("utf-8")

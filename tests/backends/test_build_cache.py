@@ -180,3 +180,37 @@ def test_the_folder_keeps_its_size(tmp_path):
     got = cache.load("3" * 64)
     np.testing.assert_array_equal(got["main"].body.args[1].data, np.full(1 << 16, 3, "float32"))
 
+
+
+def test_a_cached_module_keeps_the_source_positions(cache_dir):
+    """Errors name the user's text (prog.rly:line:column), not the cache's: the positions travel
+    beside the text and are put back on the nodes."""
+    from relaybench.backends.interpreter import ConstructorValue
+    from relaybench.errors import ExecutionError
+    text = """#[version = "0.0.5"]
+type Option[A] { Some(A), None }
+def @main(%o: Option[int32]) -> int32 {
+  match (%o) {
+    Some(%v) => add(%v, %v),
+  }
+}
+"""
+    hits = get_build_cache().stats["hits"]
+    for _ in range(2):
+        mod = rb.parse(text, "prog.rly")
+        vm = rb.vm.VirtualMachine(rb.vm.compile(mod))
+        assert vm.run(ConstructorValue(mod.get_constructor("Some"), (np.int32(4),))) == 8
+        with pytest.raises(ExecutionError, match=r"no clause of the match at prog\.rly:4:3"):
+            vm.run(ConstructorValue(mod.get_constructor("None"), ()))
+    assert get_build_cache().stats["hits"] == hits + 1
+
+
+def test_a_module_whose_names_would_change_is_not_kept(tmp_path):
+    """Two lets of one name print as %t and %t1: read back, a name would differ, so the module
+    is not kept (a graph's inputs are named by their variables)."""
+    from relaybench.ir.expr import Let
+    x = rb.var("x", shape=(2,))
+    a, b = rb.var("t", shape=(2,)), rb.var("t", shape=(2,))
+    body = Let(a, op.add(x, x), Let(b, op.multiply(a, a), op.add(a, b)))
+    mod = rb.passes.optimize(rb.IRModule.from_expr(rb.Function([x], body)), 0)
+    assert BuildCache(tmp_path).store("t" * 64, mod) is False

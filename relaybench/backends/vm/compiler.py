@@ -94,27 +94,19 @@ def prepare_module(mod, target="llvm", params: Optional[dict] = None, opt_level:
     """Steps 1-3 of the compiler: ``mod`` bound, optimized and fused, in A-normal form, with
     every local closure lifted to a global function."""
     from ...passes import InferType, LambdaLift, ToANormalForm
-    from ...passes.bind_params import bind_params
     from ...passes.infra import PassContext
-    from ...passes.pipelines import optimize
+    from ..build import optimized_module
     from ..target import Target
 
     target = Target.parse(target)
     mod = _as_module(mod)
-    if params:
-        mod = bind_params(mod, params)
-    config = dict(config or {})
-    if target.kind == "accel":
-        # as rb.build: the quantized program packed for the accelerator, the CPU's policies
-        from ..build import _pack_for_accel
-        mod = _pack_for_accel(mod, target)
-        config.setdefault("relay.target", str(target.host))
-    config.setdefault("relay.target", str(target))
     if target.kind == "opencl":
         from ..opencl import get_device
         get_device(target)  # no matching device: say so before optimizing
-    mod = optimize(mod, opt_level, instruments=instruments, required_pass=required_pass,
-                   disabled_pass=disabled_pass, config=config)
+    mod, _ = optimized_module(mod, params, target, opt_level, instruments, required_pass,
+                              disabled_pass, config, graph=False)
+    config = dict(config or {})
+    config.setdefault("relay.target", str(target.host if target.kind == "accel" else target))
     with PassContext(opt_level=opt_level, required_pass=("ToANormalForm", "LambdaLift"),
                      config=config, instruments=instruments):
         mod = InferType()(mod)
