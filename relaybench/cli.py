@@ -681,6 +681,40 @@ def _replay(path: Path, configs, input_seed: int) -> int:
     return 0 if report.ok else 1
 
 
+# --- cache -------------------------------------------------------------------------------
+
+#: the folders under RB_CACHE_DIR, and what each keeps
+_CACHE_KINDS = {"llvm": "compiled LLVM kernels (object code)",
+                "opencl": "OpenCL program binaries",
+                "groups": "fused groups' lowerings (manifests)",
+                "builds": "optimized modules (Relay text and weights)"}
+
+
+def _configure_cache(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--clear", choices=(*_CACHE_KINDS, "all"), metavar="KIND",
+                        help="remove one kind of entry (" + ", ".join(_CACHE_KINDS)
+                             + ") or all of them")
+
+
+def _run_cache(args: argparse.Namespace) -> int:
+    from . import config
+    root = Path(config.get("RB_CACHE_DIR")).expanduser()
+    kinds = list(_CACHE_KINDS) if args.clear in (None, "all") else [args.clear]
+    print(f"RB_CACHE_DIR {root}")
+    for kind in kinds:
+        folder = root / kind
+        files = [f for f in folder.iterdir() if f.is_file()] if folder.is_dir() else []
+        size = sum(f.stat().st_size for f in files)
+        if args.clear:
+            for f in files:
+                f.unlink(missing_ok=True)
+            print(f"  {kind:7s} removed {len(files)} entries, {size / 2**20:.1f} MiB")
+        else:
+            print(f"  {kind:7s} {len(files):6d} entries {size / 2**20:9.1f} MiB  "
+                  f"{_CACHE_KINDS[kind]}")
+    return 0
+
+
 # --- the table -----------------------------------------------------------------------------
 
 COMMANDS: dict[str, Command] = {
@@ -700,6 +734,8 @@ COMMANDS: dict[str, Command] = {
                 "save its weights", _configure_train_digits, _run_train_digits),
         Command("fuzz", "check random programs on every executor against the interpreter "
                 "(or --replay a saved one)", _configure_fuzz, _run_fuzz),
+        Command("cache", "list what RB_CACHE_DIR holds (kernels, lowerings, optimized modules), "
+                "or --clear a kind", _configure_cache, _run_cache),
     )
 }
 

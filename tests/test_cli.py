@@ -289,3 +289,31 @@ def test_bad_arguments_of_the_new_commands_exit_with_status_2(capsys, argv, comp
         cli.main(argv)
     assert info.value.code == 2
     assert complaint in capsys.readouterr().err
+
+
+def test_cache_lists_and_clears_each_kind(capsys, tmp_path):
+    import numpy as np
+    import relaybench as rb
+    from relaybench import config, op
+    from relaybench.backends.group_cache import get_group_cache
+    with config.Context(RB_CACHE_DIR=tmp_path):
+        x = rb.var("x", shape=(4,))
+        mod = rb.IRModule.from_expr(rb.Function([x], op.nn.relu(x * rb.const(
+            np.arange(4, dtype="float32")))))
+        rb.build(mod)
+        builds = len(list((tmp_path / "builds").iterdir()))
+        kernels = len(list((tmp_path / "llvm").iterdir()))
+        assert builds == 1 and kernels >= 1
+        assert cli.main(["cache"]) == 0
+        out = capsys.readouterr().out
+        assert f"RB_CACHE_DIR {tmp_path}" in out
+        assert any(line.split()[:3] == ["builds", str(builds), "entries"]
+                   for line in out.splitlines())
+        assert any(line.split()[:3] == ["llvm", str(kernels), "entries"]
+                   for line in out.splitlines())
+        assert cli.main(["cache", "--clear", "builds"]) == 0
+        assert "builds  removed 1 entries" in capsys.readouterr().out
+        assert not list((tmp_path / "builds").iterdir())
+        assert len(list((tmp_path / "llvm").iterdir())) == kernels      # the others stay
+        get_group_cache().forget()
+        assert not rb.build(mod).compile_stats.optimize_cached           # the passes ran again
