@@ -239,7 +239,7 @@ class BuildCache(DiskCache):
         path = self.path(key)
         try:
             fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
+        except OSError:         # none stored, or a folder that cannot be read
             self.stats["misses"] += 1
             return None
         try:
@@ -296,8 +296,8 @@ class BuildCache(DiskCache):
 
     def store(self, key: str, mod) -> bool:
         """Keep ``mod`` (the pipeline's typed result) under ``key``; False when it is not kept
-        (larger than a quarter of ``RB_BUILD_CACHE_MB``, or its text does not read back to the
-        same module)."""
+        (larger than a quarter of ``RB_BUILD_CACHE_MB``, its text does not read back to the
+        same module, or the file cannot be written)."""
         from ..ir.parser import parse
         from ..ir.printer import module_text_and_constants
         from ..ir.structural import structural_equal
@@ -337,7 +337,8 @@ class BuildCache(DiskCache):
                  b"\0" * (base - _HEAD.size - len(head))]
         for a in arrays:
             parts += [_bytes_of(a), b"\0" * _pad(a.nbytes)]
-        self.write(key, parts)
+        if not self.write(key, parts):
+            return False
         self._evict(limit)
         return True
 

@@ -10,8 +10,8 @@ A subclass names its folder and suffix and decodes what it reads:
 >>> cache = Notes(tempfile.mkdtemp())
 >>> cache.read("k") is None, cache.stats["misses"]
 (True, 1)
->>> cache.write("k", b"hello"); cache.read("k"), cache.stats["stores"]
-(b'hello', 1)
+>>> cache.write("k", b"hello"), cache.read("k"), cache.stats["stores"]
+(True, b'hello', 1)
 >>> cache.discard("k", "a test"); cache.read("k") is None, cache.stats["damaged"]
 (True, 1)
 """
@@ -55,7 +55,8 @@ class DiskCache:
     """Entries under ``directory/<subdir>`` (default ``directory``: ``RB_CACHE_DIR``).
 
     ``stats`` counts ``hits``, ``misses``, ``stores`` and ``damaged`` (entries found broken and
-    removed); ``last_damage`` says what was wrong with the latest one. Subclasses count a hit
+    removed); ``last_damage`` says what was wrong with the latest one, ``last_write_error`` why
+    the latest entry that could not be written was not. Subclasses count a hit
     (``stats["hits"] += 1``) once they have decoded an entry, and call :meth:`discard` when it
     does not decode.
     """
@@ -67,6 +68,7 @@ class DiskCache:
         self._directory = Path(directory) if directory is not None else None
         self.stats = {"hits": 0, "misses": 0, "stores": 0, "damaged": 0}
         self.last_damage: str | None = None
+        self.last_write_error: str | None = None
 
     @property
     def directory(self) -> Path:
@@ -81,7 +83,7 @@ class DiskCache:
         """The bytes stored for ``key``, or None (a miss) when there are none."""
         try:
             return self.path(key).read_bytes()
-        except FileNotFoundError:
+        except OSError:     # none stored, or a folder that cannot be read (not a folder at all)
             self.stats["misses"] += 1
             return None
 
@@ -96,21 +98,31 @@ class DiskCache:
         except FileNotFoundError:  # another process removed or replaced it first
             pass
 
-    def write(self, key: str, data) -> None:
+    def write(self, key: str, data) -> bool:
         """Write ``key``'s entry atomically (a temporary file, then ``os.replace``): ``data`` is
-        bytes, or a list of buffers written one after the other (large arrays, not joined)."""
+        bytes, or a list of buffers written one after the other (large arrays, not joined).
+        False, with ``last_write_error`` saying why, when it cannot be written (a full disk, a
+        folder not this user's): a cache that cannot keep an entry does not stop the build."""
         directory = self.directory
-        directory.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}.", suffix=".tmp", dir=directory)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}.", suffix=".tmp", dir=directory)
+        except OSError as err:
+            self.last_write_error = f"{directory}: {err}"
+            return False
         try:
             with os.fdopen(fd, "wb") as out:
                 for part in (data if isinstance(data, list) else [data]):
                     out.write(part)
             os.replace(tmp, self.path(key))
-        except BaseException:
+        except BaseException as err:
             try:
                 os.unlink(tmp)
             except FileNotFoundError:
                 pass
+            if isinstance(err, OSError):
+                self.last_write_error = f"{self.path(key)}: {err}"
+                return False
             raise
         self.stats["stores"] += 1
+        return True

@@ -214,3 +214,21 @@ def test_a_module_whose_names_would_change_is_not_kept(tmp_path):
     body = Let(a, op.add(x, x), Let(b, op.multiply(a, a), op.add(a, b)))
     mod = rb.passes.optimize(rb.IRModule.from_expr(rb.Function([x], body)), 0)
     assert BuildCache(tmp_path).store("t" * 64, mod) is False
+
+
+def test_a_cache_folder_that_cannot_be_written_does_not_stop_a_build(tmp_path):
+    """RB_CACHE_DIR a file, not a folder: no cache can read or keep anything, and the build
+    still compiles and runs (every cache a miss)."""
+    blocked = tmp_path / "file"
+    blocked.write_text("not a folder")
+    get_group_cache().forget()
+    with config.Context(RB_CACHE_DIR=blocked):
+        cache = BuildCache()
+        assert cache.store("b" * 64, rb.passes.optimize(net(), 0)) is False
+        assert "Not a directory" in cache.last_write_error
+        assert cache.load("b" * 64) is None
+        x = rb.var("x", shape=(3,))
+        lib = rb.build(rb.Function([x], x * rb.const(np.full(3, 2.0, "float32"))))
+        assert not lib.compile_stats.optimize_cached
+        np.testing.assert_array_equal(lib.run(x=np.ones(3, "float32")), [2, 2, 2])
+    get_group_cache().forget()
