@@ -674,6 +674,7 @@ def optimized_module(mod: IRModule, params, target: Target, opt_level, instrumen
     from ..passes.to_graph_normal_form import ToGraphNormalForm
     from .build_cache import build_key, get_build_cache
 
+    required_pass, disabled_pass = tuple(required_pass), tuple(disabled_pass)  # read twice
     config = dict(config or {})
     # the passes apply the target's policies; on the accelerator, the CPU's to what it leaves
     config.setdefault("relay.target", str(target.host if target.kind == "accel" else target))

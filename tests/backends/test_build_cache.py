@@ -232,3 +232,17 @@ def test_a_cache_folder_that_cannot_be_written_does_not_stop_a_build(tmp_path):
         assert not lib.compile_stats.optimize_cached
         np.testing.assert_array_equal(lib.run(x=np.ones(3, "float32")), [2, 2, 2])
     get_group_cache().forget()
+
+
+def test_passes_named_by_a_generator_are_disabled_on_a_miss_too(cache_dir):
+    """The key reads the pass names and so does the pipeline: a generator is read once."""
+    x = rb.var("x", shape=(4,))
+    mod = rb.IRModule.from_expr(rb.Function([x], op.add(x, op.add(rb.const(np.ones(4, "float32")),
+                                                                  rb.const(np.ones(4, "float32"))))))
+    lib = rb.build(mod, disabled_pass=(name for name in ["FoldConstant"]))
+    from relaybench.ir.expr import Call
+    from relaybench.ir.functor import post_order
+    adds = [n for n in post_order(lib.mod["main"]) if isinstance(n, Call)
+            and getattr(n.op, "name", None) == "add"]
+    assert len(adds) == 2          # 1 + 1 was not folded
+    np.testing.assert_array_equal(lib.run(x=np.zeros(4, "float32")), [2, 2, 2, 2])
