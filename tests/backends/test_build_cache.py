@@ -246,3 +246,15 @@ def test_passes_named_by_a_generator_are_disabled_on_a_miss_too(cache_dir):
             and getattr(n.op, "name", None) == "add"]
     assert len(adds) == 2          # 1 + 1 was not folded
     np.testing.assert_array_equal(lib.run(x=np.zeros(4, "float32")), [2, 2, 2, 2])
+
+
+def test_a_users_pass_under_a_default_name_steps_aside(monkeypatch):
+    from relaybench.passes import infra
+    rb.passes.FoldConstant                       # the package's passes registered
+    mine = infra._Entry("FoldConstant", "fold-constant", 2, (), "a user's",
+                        lambda **options: rb.passes.FoldConstant())
+    mine.factory.__module__ = "my_notebook"
+    monkeypatch.setitem(infra._REGISTRY, "FoldConstant", mine)
+    assert build_key(net(), params(0), Target.parse("llvm"), 3, (), (), {}) is None
+    monkeypatch.undo()
+    assert build_key(net(), params(0), Target.parse("llvm"), 3, (), (), {}) is not None
