@@ -25,7 +25,9 @@ the host's registers), the knobs and tuning logs the strategies read, and a dige
 compiler's sources. The cache steps aside (no key) when ``RB_BUILD_CACHE=off``, when the build
 has pass instruments (they are there to watch the passes run), inside a tuning dispatch context,
 while a user's operator attribute is registered or a user's pass is registered under the name of
-one of the default pipeline's, and when a configuration value is not plain data. An entry is stored only when its text reads back to the same module
+one of the default pipeline's, when a configuration value is not plain data, and for a
+program of more than :data:`MAX_NODES` nodes (reading its text back would cost about what its
+passes do). An entry is stored only when its text reads back to the same module
 (:func:`~relaybench.ir.structural.structural_equal`, with the same nodes one for one and every
 variable of the same name); entries beyond ``RB_BUILD_CACHE_MB``
 (least recently used first) are removed, and a module larger than a quarter of that is not kept.
@@ -84,13 +86,15 @@ def _plain(value) -> bool:
     return False
 
 
-def _steps_aside(instruments, pass_config) -> bool:
+def _steps_aside(mod, instruments, pass_config) -> bool:
     mode = str(config.get("RB_BUILD_CACHE")).lower()
     if mode not in ("on", "off"):
         raise ValueError(f"RB_BUILD_CACHE={mode!r}: the build cache is 'on' or 'off'")
     if mode == "off" or instruments:
         return True
     if not _plain(dict(pass_config or {})):
+        return True
+    if _larger_than(mod, MAX_NODES):
         return True
     from ..autotune.dispatch import current_context
     if current_context() is not None:
@@ -109,6 +113,29 @@ def _a_default_pass_replaced() -> bool:
         if entry is not None and not str(getattr(entry.factory, "__module__", "")).startswith(
                 "relaybench."):
             return True
+    return False
+
+
+#: a program of more nodes than this is not kept: reading it back (parsing and typing its text)
+#: costs about what its passes do, and keeping it (printing, reading back to check) more
+MAX_NODES = 50_000
+
+
+def _larger_than(mod, limit: int) -> bool:
+    """Whether ``mod``'s functions hold more than ``limit`` distinct nodes (counted only up to
+    the limit)."""
+    from ..ir.expr import expr_children
+    seen: set = set()
+    for gv in mod.functions:
+        stack = [mod[gv]]
+        while stack:
+            node = stack.pop()
+            if node in seen:
+                continue
+            seen.add(node)
+            if len(seen) > limit:
+                return True
+            stack.extend(expr_children(node))
     return False
 
 
@@ -133,7 +160,7 @@ def build_key(mod, params, target, opt_level: int, required_pass, disabled_pass,
     into with ``params`` (name -> array, bound into ``@main``) and these settings, or None where
     the cache steps aside (see the module). ``purpose`` names the compiler the result is for
     (``graph``, ``vm``): they prepare a module differently before the pipeline."""
-    if _steps_aside(instruments, pass_config):
+    if _steps_aside(mod, instruments, pass_config):
         return None
     from ..autotune.dispatch import _knob_logs_stamp
     from ..ir.structural import structural_hash

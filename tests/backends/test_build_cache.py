@@ -258,3 +258,16 @@ def test_a_users_pass_under_a_default_name_steps_aside(monkeypatch):
     assert build_key(net(), params(0), Target.parse("llvm"), 3, (), (), {}) is None
     monkeypatch.undo()
     assert build_key(net(), params(0), Target.parse("llvm"), 3, (), (), {}) is not None
+
+
+def test_a_program_of_many_nodes_is_not_kept(monkeypatch):
+    """Reading a very large program's text back costs about what its passes do: above
+    MAX_NODES (counted only up to the limit) the cache steps aside."""
+    from relaybench.backends import build_cache
+    from relaybench.ir.functor import post_order
+    mod = net()
+    nodes = len(post_order(mod["main"]))
+    monkeypatch.setattr(build_cache, "MAX_NODES", nodes)
+    assert build_key(mod, params(0), Target.parse("llvm"), 3, (), (), {}) is not None
+    monkeypatch.setattr(build_cache, "MAX_NODES", nodes - 1)
+    assert build_key(mod, params(0), Target.parse("llvm"), 3, (), (), {}) is None
