@@ -659,6 +659,14 @@ def build(mod, target="llvm", params: Optional[dict] = None, opt_level: int = 3,
                             disabled_pass, config, num_threads)
 
 
+def pass_config(config, target: Target) -> dict:
+    """A copy of the PassContext ``config`` with ``relay.target`` set (unless given): the passes
+    apply the target's policies; on the accelerator, the CPU's to what it leaves."""
+    config = dict(config or {})
+    config.setdefault("relay.target", str(target.host if target.kind == "accel" else target))
+    return config
+
+
 def optimized_module(mod: IRModule, params, target: Target, opt_level, instruments,
                      required_pass, disabled_pass, config, graph: bool = True) -> tuple:
     """``(mod with params bound, through the default pipeline and typed, whether that came
@@ -675,9 +683,7 @@ def optimized_module(mod: IRModule, params, target: Target, opt_level, instrumen
     from .build_cache import build_key, get_build_cache
 
     required_pass, disabled_pass = tuple(required_pass), tuple(disabled_pass)  # read twice
-    config = dict(config or {})
-    # the passes apply the target's policies; on the accelerator, the CPU's to what it leaves
-    config.setdefault("relay.target", str(target.host if target.kind == "accel" else target))
+    config = pass_config(config, target)
     key = build_key(mod, params, target, opt_level, required_pass, disabled_pass, config,
                     instruments, purpose="graph" if graph else "vm")
     if key is not None:

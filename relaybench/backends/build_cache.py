@@ -143,14 +143,12 @@ def _tensor_constants(mod) -> list:
     """The module's constants of rank 1 or more, each once, in a fixed order (functions by name,
     then post-order)."""
     from ..ir.expr import Constant
-    from ..ir.functor import post_order
     seen: set = set()
     out = []
-    for gv in sorted(mod.functions, key=lambda g: g.name_hint):
-        for node in post_order(mod[gv]):
-            if type(node) is Constant and node.data.ndim and id(node) not in seen:
-                seen.add(id(node))
-                out.append(node)
+    for node in _nodes(mod):
+        if type(node) is Constant and node.data.ndim and id(node) not in seen:
+            seen.add(id(node))
+            out.append(node)
     return out
 
 

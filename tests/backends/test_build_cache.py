@@ -14,6 +14,8 @@ from relaybench.backends.group_cache import get_group_cache
 from relaybench.backends.target import Target
 from relaybench.passes.instruments import PassTimer
 
+from test_group_cache import cache_dir  # noqa: F401  (an empty RB_CACHE_DIR, a fixture)
+
 
 def net():
     """conv2d (3x3, padding 1) + bias + relu, then dense: a module whose weights are params."""
@@ -42,14 +44,6 @@ def numpy_net(x, p):
             out += np.einsum("nchw,oc->nohw", padded[:, :, i:i + h, j:j + w], p["w"][:, :, i, j])
     y = np.maximum(out + p["b"][None, :, None, None], 0)
     return y.reshape(1, -1) @ p["d"].T.astype("float64")
-
-
-@pytest.fixture
-def cache_dir(tmp_path):
-    get_group_cache().forget()
-    with config.Context(RB_CACHE_DIR=tmp_path):
-        yield tmp_path
-    get_group_cache().forget()
 
 
 X = np.random.default_rng(7).standard_normal((1, 4, 10, 10)).astype("float32")

@@ -95,7 +95,7 @@ def prepare_module(mod, target="llvm", params: Optional[dict] = None, opt_level:
     every local closure lifted to a global function."""
     from ...passes import InferType, LambdaLift, ToANormalForm
     from ...passes.infra import PassContext
-    from ..build import optimized_module
+    from ..build import optimized_module, pass_config
     from ..target import Target
 
     target = Target.parse(target)
@@ -105,8 +105,7 @@ def prepare_module(mod, target="llvm", params: Optional[dict] = None, opt_level:
         get_device(target)  # no matching device: say so before optimizing
     mod, _ = optimized_module(mod, params, target, opt_level, instruments, required_pass,
                               disabled_pass, config, graph=False)
-    config = dict(config or {})
-    config.setdefault("relay.target", str(target.host if target.kind == "accel" else target))
+    config = pass_config(config, target)
     with PassContext(opt_level=opt_level, required_pass=("ToANormalForm", "LambdaLift"),
                      config=config, instruments=instruments):
         mod = InferType()(mod)
