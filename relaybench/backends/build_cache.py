@@ -31,6 +31,8 @@ passes do). An entry is stored only when its text reads back to the same module
 (:func:`~relaybench.ir.structural.structural_equal`, with the same nodes one for one and every
 variable of the same name); entries beyond ``RB_BUILD_CACHE_MB``
 (least recently used first) are removed, and a module larger than a quarter of that is not kept.
+``rb.build`` writes a new entry's file from a thread of its own while its kernels compile (the
+writes release the GIL) and waits for it before it returns.
 
 >>> import numpy as np, tempfile, relaybench as rb
 >>> from relaybench.backends.target import Target
@@ -50,6 +52,7 @@ True
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import json
 import mmap
@@ -273,8 +276,15 @@ class BuildCache(DiskCache):
     subdir = "builds"
     suffix = ".rbbuild"
 
+    def __init__(self, directory: str | os.PathLike | None = None):
+        super().__init__(directory)
+        self._pending: list[threading.Thread] = []    # background writes not yet done
+        self._pending_lock = threading.Lock()
+
     def load(self, key: str):
         """The optimized module stored under ``key`` (typed), or None."""
+        if self._pending:
+            self.flush()
         path = self.path(key)
         try:
             fd = os.open(path, os.O_RDONLY)
@@ -333,10 +343,16 @@ class BuildCache(DiskCache):
         _put_spans(mod, header["spans"])
         return InferType()(mod)
 
-    def store(self, key: str, mod) -> bool:
+    def store(self, key: str, mod, background: bool = False) -> bool:
         """Keep ``mod`` (the pipeline's typed result) under ``key``; False when it is not kept
         (larger than a quarter of ``RB_BUILD_CACHE_MB``, its text does not read back to the
-        same module, or the file cannot be written)."""
+        same module, or the file cannot be written).
+
+        With ``background``, the module is printed and checked now and its file written by a
+        thread of its own (the writes release the GIL, so a build goes on compiling its kernels
+        meanwhile); True then means the entry is on its way. :meth:`flush` waits for such
+        writes, as :meth:`load` does first and Python does at exit; a write that fails leaves
+        no entry (``last_write_error`` says why)."""
         from ..ir.parser import parse
         from ..ir.printer import module_text_and_constants
         from ..ir.structural import structural_equal
@@ -376,10 +392,38 @@ class BuildCache(DiskCache):
                  b"\0" * (base - _HEAD.size - len(head))]
         for a in arrays:
             parts += [_bytes_of(a), b"\0" * _pad(a.nbytes)]
-        if not self.write(key, parts):
-            return False
-        self._evict(limit)
+        if not background:
+            return self._write_and_evict(key, parts, limit)
+        # the caller's settings (RB_CACHE_DIR in a config.Context, say) hold in the thread too
+        writer = threading.Thread(target=contextvars.copy_context().run,
+                                  args=(self._write_and_evict, key, parts, limit),
+                                  name=f"build-cache-{key[:12]}")
+        with self._pending_lock:
+            self._pending.append(writer)
+        writer.start()   # not a daemon: Python waits for it at exit, so no entry is cut short
         return True
+
+    def _write_and_evict(self, key: str, parts: list, limit: int) -> bool:
+        try:
+            if not self.write(key, parts):
+                return False
+            self._evict(limit)
+            return True
+        finally:
+            with self._pending_lock:
+                me = threading.current_thread()
+                if me in self._pending:
+                    self._pending.remove(me)
+
+    def flush(self) -> None:
+        """Wait for the entries :meth:`store` is writing in the background."""
+        while True:
+            with self._pending_lock:
+                pending = list(self._pending)
+            if not pending:
+                return
+            for writer in pending:
+                writer.join()
 
     def _evict(self, limit: int) -> None:
         """Remove the least recently used entries while the folder holds more than ``limit``

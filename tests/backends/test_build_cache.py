@@ -265,3 +265,37 @@ def test_a_program_of_many_nodes_is_not_kept(monkeypatch):
     assert build_key(mod, params(0), Target.parse("llvm"), 3, (), (), {}) is not None
     monkeypatch.setattr(build_cache, "MAX_NODES", nodes - 1)
     assert build_key(mod, params(0), Target.parse("llvm"), 3, (), (), {}) is None
+
+
+def test_a_new_entry_is_written_behind_the_build_and_is_there_when_it_returns(cache_dir,
+                                                                              monkeypatch):
+    """The entry's file (the weights, 160 MB for ResNet-18) is written by a thread of its own
+    while the kernels compile, under the caller's settings; rb.build returns once it is on
+    disk, and the next build finds it."""
+    import threading
+    import time
+    writers = []
+    write = BuildCache.write
+
+    def slow_write(self, key, data):
+        writers.append(threading.current_thread() is threading.main_thread())
+        time.sleep(0.2)
+        return write(self, key, data)
+    monkeypatch.setattr(BuildCache, "write", slow_write)
+    p = params(4)
+    lib = rb.build(net(), params=p)
+    assert writers == [False]                               # not in the build's thread
+    assert len(list((cache_dir / "builds").glob("*.rbbuild"))) == 1
+    again = rb.build(net(), params=p)
+    assert again.compile_stats.optimize_cached
+    np.testing.assert_allclose(again.run(x=X), numpy_net(X, p), rtol=1e-4, atol=1e-3)
+    np.testing.assert_array_equal(again.run(x=X), lib.run(x=X))
+    # a store in the background keeps to the folder of the caller's config.Context; a load
+    # waits for it
+    elsewhere = cache_dir / "elsewhere"
+    with config.Context(RB_CACHE_DIR=elsewhere):
+        cache = BuildCache()
+        assert cache.store("e" * 64, rb.passes.optimize(net(), 0), background=True)
+        found = cache.load("e" * 64)
+    assert found is not None and (elsewhere / "builds" / ("e" * 64 + ".rbbuild")).exists()
+    assert rb.ir.structural_equal(found, rb.passes.optimize(net(), 0))

@@ -114,3 +114,22 @@ def test_pool_keeps_no_wrapper_of_a_kernel(tmp_path):
     gc.collect()
     assert referrers() is None
     assert not [v for v in vars(pool).values() if isinstance(v, dict) and v]
+
+
+def test_the_spin_is_measured_in_this_cpus_pauses():
+    """How many pause instructions make SPIN_SECONDS is measured once per process and written
+    into every worker's slot (word 7), where the worker and the waiter read it."""
+    from relaybench.backends.llvm import spinpool
+    limit = spinpool.spin_limit()
+    assert 1000 <= limit <= 10_000_000 and spinpool.spin_limit() == limit
+    pool = SpinPool(3)
+    try:
+        assert list(pool._slots[:, 7]) == [limit, limit]
+        kernel = _increment_kernel(6)
+        x = np.ones((6, 16), "int64")
+        out = np.zeros((6, 16), "int64")
+        pointers = np.array([x.ctypes.data, out.ctypes.data], np.int64)
+        pool.run(kernel.kernel.entry, pointers.ctypes.data, [(0, 2), (2, 4), (4, 6)])
+        np.testing.assert_array_equal(out, 1)
+    finally:
+        pool.shutdown()

@@ -88,7 +88,8 @@ How each construct is lowered:
   code a guarded store's value whose loads are proven in bounds is computed before the branch,
   so that the guarded outputs of a partial tile share their terms too. A module whose float
   arithmetic and buffer stores are all vector code is compiled without LLVM's SLP vectorizer
-  (:data:`.compile_worker.NO_SLP`), which has nothing to pack there.
+  nor its loop unroller (:data:`.compile_worker.NO_SLP`): the one has nothing to pack there,
+  the other only grows code the schedule unrolled already.
 
 Buffers are assumed not to overlap (``noalias``): passing one array as two arguments is not
 supported.

@@ -6,8 +6,14 @@ small kernel runs; a graph of fifty such kernels would lose most of its second c
 each worker thread calls a compiled function, ``rb_pool_worker(slot)``, once, through ctypes (so
 the GIL is released for as long as it lives): the function spins on its slot, a cache line of
 ``int64`` words, for a new task; runs it; writes back that it is done; and spins again. After
-about a millisecond without work it sleeps in short naps (``usleep``), so an idle pool costs
-nothing worth measuring.
+5 ms without work (:data:`SPIN_SECONDS`) it sleeps in short naps (``usleep``), so an idle pool
+costs nothing worth measuring. The spin is counted in ``pause`` instructions, whose length
+differs between CPUs (from about 10 to about 140 cycles), so each process measures it once
+(:func:`spin_limit`) and a worker waits as long on every host. On a 2-core virtual machine
+(AMD EPYC), the DQN at two threads called again and again from Python, in blocks of 0.2 s
+with 50 ms pauses between them, ran in 0.14-0.15 ms with a 5 ms spin, and in 0.14-0.30 ms
+(some blocks twice as slow) with the earlier fixed count of 20,000 pauses (0.5 ms there) or a
+1 ms spin: a worker that has started napping wakes late for the next parallel kernel.
 
 A task is a compiled entry point of the uniform shape ``entry(int64 *args, int64 begin, int64
 end)`` (the code generator emits one next to each parallel kernel, unpacking ``args`` into the
@@ -19,7 +25,8 @@ generation done; a waiter that spins too long yields the core (``sched_yield``),
 more threads than cores still moves on.
 
 Slot words: 0 generation, 1 entry address, 2 argument array address, 3 begin, 4 end, 5 done
-generation, 6 stop flag.
+generation, 6 stop flag, 7 the spin limit (``pause`` instructions before napping; the waiter
+reads the first slot's).
 """
 
 from __future__ import annotations
@@ -32,12 +39,13 @@ import numpy as np
 
 __all__ = ["SpinPool", "spin_pool", "ENTRY_TYPE"]
 
-SPIN_LIMIT = 20000
-"""Pause instructions a worker spins through before it starts napping (about a millisecond)."""
+SPIN_SECONDS = 0.005
+"""How long a worker spins without work before it starts napping (and a waiter before it
+yields its core): :func:`spin_limit` turns it into a count of ``pause`` instructions."""
 
 NAP_MICROSECONDS = 50
 
-_GEN, _ENTRY, _ARGS, _BEGIN, _END, _DONE, _STOP = range(7)
+_GEN, _ENTRY, _ARGS, _BEGIN, _END, _DONE, _STOP, _LIMIT = range(8)
 _SLOT_WORDS = 8  # one 64-byte cache line per worker
 
 #: The ctypes type of a task's entry point.
@@ -87,7 +95,7 @@ def _module():
     b.position_at_end(blocks["spin"])
     count = b.load(spins)
     b.store(b.add(count, ir.Constant(i64, 1)), spins)
-    keep_spinning = b.icmp_signed("<", count, ir.Constant(i64, SPIN_LIMIT))
+    keep_spinning = b.icmp_signed("<", count, b.load(word(b, slot, _LIMIT)))
     spin_more = fn.append_basic_block("spin_more")
     b.cbranch(keep_spinning, spin_more, blocks["nap"])
     b.position_at_end(spin_more)
@@ -120,6 +128,7 @@ def _module():
     b = ir.IRBuilder(entry)
     index = b.alloca(i64, name="k")
     tries = b.alloca(i64, name="tries")
+    limit = b.load(word(b, slots, _LIMIT))
     b.store(ir.Constant(i64, 0), index)
     b.branch(head)
     b.position_at_end(head)
@@ -133,7 +142,7 @@ def _module():
     b.position_at_end(busy)
     t = b.load(tries)
     b.store(b.add(t, ir.Constant(i64, 1)), tries)
-    b.cbranch(b.icmp_signed("<", t, ir.Constant(i64, SPIN_LIMIT)), spin, give)
+    b.cbranch(b.icmp_signed("<", t, limit), spin, give)
     b.position_at_end(spin)
     b.call(pause, [])
     b.branch(poll)
@@ -143,6 +152,21 @@ def _module():
     b.position_at_end(advance)
     b.store(b.add(b.load(index), ir.Constant(i64, 1)), index)
     b.branch(head)
+    b.position_at_end(done)
+    b.ret_void()
+
+    # ---- void rb_pool_pauses(i64 n): n pause instructions, to time them
+    fn = ir.Function(module, ir.FunctionType(void, [i64]), "rb_pool_pauses")
+    entry, loop, done = (fn.append_basic_block(n) for n in ("entry", "loop", "done"))
+    b = ir.IRBuilder(entry)
+    b.cbranch(b.icmp_signed(">", fn.args[0], ir.Constant(i64, 0)), loop, done)
+    b.position_at_end(loop)
+    k = b.phi(i64)
+    k.add_incoming(ir.Constant(i64, 0), entry)
+    b.call(pause, [])
+    after = b.add(k, ir.Constant(i64, 1))
+    k.add_incoming(after, loop)
+    b.cbranch(b.icmp_signed("<", after, fn.args[0]), loop, done)
     b.position_at_end(done)
     b.ret_void()
     return module
@@ -158,8 +182,30 @@ def _functions():
             worker = compiled.function("rb_pool_worker", [ctypes.c_void_p])
             wait = compiled.function("rb_pool_wait",
                                      [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64])
-            _compiled = (compiled, worker, wait)
+            pauses = compiled.function("rb_pool_pauses", [ctypes.c_int64])
+            _compiled = (compiled, worker, wait, pauses)
     return _compiled[1], _compiled[2]
+
+
+_limit: int | None = None
+
+
+def spin_limit() -> int:
+    """The ``pause`` instructions that last :data:`SPIN_SECONDS` on this CPU, measured once per
+    process (the fastest of five runs of 2,000, well under a millisecond in all)."""
+    global _limit
+    if _limit is None:
+        import time
+        _functions()
+        pauses = _compiled[3]
+        n, best = 2000, float("inf")
+        pauses(n)  # warm: the code and the ctypes call
+        for _ in range(5):
+            start = time.perf_counter()
+            pauses(n)
+            best = min(best, time.perf_counter() - start)
+        _limit = int(min(max(SPIN_SECONDS * n / max(best, 1e-9), 1000), 10_000_000))
+    return _limit
 
 
 class SpinPool:
@@ -175,6 +221,7 @@ class SpinPool:
         skip = ((-raw.ctypes.data) % 64) // 8
         self._slots = raw[skip:skip + (size - 1) * _SLOT_WORDS].reshape(size - 1, _SLOT_WORDS)
         self._slots_pointer = self._slots.ctypes.data
+        self._slots[:, _LIMIT] = spin_limit()
         self._generation = 0
         self._lock = threading.Lock()
         self._threads = []
