@@ -344,8 +344,10 @@ def conv_microkernel(in_channels, height, width_tiles, out_tiles, name="conv_til
         return L.For(ow_i, 0, 7, "unrolled", L.For(oc_i, 0, 16, "vectorized", store(ow_i, oc_i)))
 
     init = tile(lambda r, c: L.Store(acc, (r, c), 0.0))
+    # the window's columns unrolled by the schedule (as the x86 strategy's ``unroll_rx``
+    # does): LLVM's unroller is not run on code that is all vector code already
     update = L.For(ic, 0, in_channels, "serial", L.For(kh, 0, 3, "serial", L.For(
-        kw, 0, 3, "serial", tile(lambda r, c: L.Store(
+        kw, 0, 3, "unrolled", tile(lambda r, c: L.Store(
             acc, (r, c), L.Load(acc, (r, c))
             + L.Load(data, (ic, oh + kh, ow_o * 7 + r + kw)) * L.Load(w, (oc_o, ic, kh, kw, c)))))))
     write = tile(lambda r, c: L.Store(out, (oc_o, oh, ow_o * 7 + r, c),
