@@ -267,7 +267,10 @@ def lower_primitive(func: Function, target=None, name: str | None = None) -> Low
         schedule, rule = strategy.schedule(group, compute_at=False)
         prim_func = te.lower(schedule, inputs, name=name)
     from ..te.simplify import simplify_func
-    prim_func = simplify_func(prim_func)
+    # loops are partitioned where the strategy's rule asks (see simplify_func): each partition
+    # is a copy of the loop's body for LLVM to compile
+    partition = rule.removesuffix("_at_root") in getattr(strategy, "PARTITIONED_RULES", ())
+    prim_func = simplify_func(prim_func, partition=partition)
     pattern = "OPAQUE"
     if anchor is not None:
         from ..op.registry import OpPattern

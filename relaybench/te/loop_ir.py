@@ -791,6 +791,30 @@ def map_children(node, fn):
     return dataclasses.replace(node, **changes)
 
 
+def children(node) -> list:
+    """The child nodes of ``node`` (the fields :func:`map_children` visits), in field order."""
+    out = []
+    for name in _FIELD_NAMES.get(type(node)) or _child_fields(type(node)):
+        value = getattr(node, name)
+        if isinstance(value, _NODE_TYPES):
+            out.append(value)
+        elif isinstance(value, tuple):
+            out.extend(item for item in value if isinstance(item, _NODE_TYPES))
+    return out
+
+
+def free_vars(node) -> set:
+    """The variables ``node`` reads (by identity)."""
+    found, stack = set(), [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Var):
+            found.add(item)
+        else:
+            stack.extend(children(item))
+    return found
+
+
 def substitute(node, mapping: dict):
     """Replace variables (keys of ``mapping``, by identity) with expressions in ``node``.
 

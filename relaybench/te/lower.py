@@ -36,7 +36,8 @@ from __future__ import annotations
 from relaybench.errors import CompileError
 from relaybench.te import loop_ir
 from relaybench.te.loop_ir import (Allocate, Barrier, Binary, Buffer, For, IfThenElse, IntImm,
-                                   Load, PrimFunc, Store, Var, map_children, seq, substitute)
+                                   Load, PrimFunc, Store, Var, free_vars, map_children, seq,
+                                   substitute)
 from relaybench.te.schedule import Fuse, Schedule, Split, Stage, create_schedule
 from relaybench.te.tensor import ComputeOp, IterVar, PlaceholderOp, Reduce, Tensor, TensorLoad
 
@@ -485,7 +486,7 @@ def _guard_inserts(leaves, guards, inserts, kinds) -> dict:
         items = inserts.get(leaf)
         if not items:
             continue
-        decided = [g for g in data if _free_vars(g[1]) <= seen]
+        decided = [g for g in data if free_vars(g[1]) <= seen]
         out[leaf] = [(buffer, stmt if not decided or _synchronizes(buffer, stmt)
                       else _Lowering.guard(decided, stmt)) for buffer, stmt in items]
     return out
@@ -557,7 +558,7 @@ def _affine_reads(expr, buffers: set):
             indices, changed = [], False
             for index in out.indices:
                 if _linear(index) is None:
-                    ranges = {v: (0, v.extent - 1) for v in _free_vars(index)
+                    ranges = {v: (0, v.extent - 1) for v in free_vars(index)
                               if isinstance(v, IterVar)}
                     index, changed = simplify(index, ranges), True
                 indices.append(index)
@@ -603,21 +604,11 @@ def _is_fixed(v, fixed) -> bool:
     return isinstance(v, _Opaque) or v in fixed
 
 
-def _free_vars(expr) -> set:
-    found, stack = set(), [expr]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, Var):
-            found.add(node)
-        map_children(node, lambda c: stack.append(c) or c)
-    return found
-
-
 def _opaque(expr, fixed):
     """``expr`` as one opaque term when every variable in it is a fixed loop, else None."""
     if not fixed:
         return None
-    variables = _free_vars(expr)
+    variables = free_vars(expr)
     if not variables or not all(v in fixed and isinstance(v, IterVar) for v in variables):
         return None
     from relaybench.te.simplify import bounds

@@ -13,7 +13,11 @@ coefficients) where it can:
   disappears), and so do ``min``/``max`` whose sides are ordered;
 * ``select`` and ``if`` with a constant condition keep the taken side only; ``and``/``or`` with a
   constant side fold;
-* a loop of extent 1 is replaced by its body with the variable set to the loop's start.
+* a loop of extent 1 is replaced by its body with the variable set to the loop's start;
+* with ``partition`` (what lowering asks for), loops are partitioned where a padding guard
+  turns: a serial loop is cut into consecutive loops (the edges keep the guard, the interior
+  loses it and the clamps under it), and a parallel loop, whose iterations are the threads',
+  branches on the term its guards read (the row ``i % 112`` of a fused (block, row) loop).
 
 Floating-point expressions are left as written (their rounding is the program's meaning).
 
@@ -67,10 +71,166 @@ def _is_int(dtype: str) -> bool:
     return dtype.startswith(("int", "uint"))
 
 
+#: loop partitioning: at most this many cut points per loop, and only in loops whose body has
+#: at most this many nodes (each segment is a copy of the body)
+MAX_CUTS = 4
+MAX_PARTITIONED_NODES = 4000
+
+
+def _term_name(term) -> str:
+    names = sorted(v.name for v in L.free_vars(term))
+    return names[0] if names else "t"
+
+
 class _Simplifier:
-    def __init__(self, ranges: dict):
+    def __init__(self, ranges: dict, partition: bool = False):
         self.ranges = dict(ranges)
         self.memo: dict = {}
+        self.partition = partition
+
+    def conditions(self, body):
+        """``(comparisons, inner)``: the integer comparisons in ``body`` and the ranges of the
+        loops inside it; None when the body is too large to copy, or holds a barrier or a
+        shared or local array (a GPU kernel's, declared once per kernel)."""
+        stack, seen, compares, inner = [body], set(), [], {}
+        while stack:
+            node = stack.pop()
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            if len(seen) > MAX_PARTITIONED_NODES:
+                return None
+            if isinstance(node, L.Barrier) or (isinstance(node, Allocate)
+                                                and node.buffer.scope != "global"):
+                return None
+            if isinstance(node, For) and isinstance(node.begin, IntImm) \
+                    and isinstance(node.extent, IntImm):
+                inner[node.var] = (node.begin.value, node.begin.value + node.extent.value - 1)
+            if isinstance(node, Binary) and node.op in L.COMPARE_OPS and _is_int(node.a.dtype):
+                compares.append(node)
+            stack.extend(L.children(node))
+        return compares, inner
+
+    def cuts(self, loop, body, begin: int, end: int) -> list:
+        """The points of ``[begin, end)`` where a condition of ``body`` (of a ``select`` or an
+        ``if``) over ``loop``'s variable changes its truth: a padding guard
+        ``x - 1 >= 0 and x - 1 < 112`` over ``x`` in ``[0, 114)`` cuts at 1 and 113. Empty when
+        there are none, more than :data:`MAX_CUTS`, or :meth:`conditions` finds none."""
+        found = self.conditions(body)
+        if found is None:
+            return []
+        compares, inner = found
+        points = {point for compare in compares
+                  for point in self.cut_points(loop.var, compare, inner) if begin < point < end}
+        return sorted(points) if len(points) <= MAX_CUTS else []
+
+    def term_split(self, loop, body):
+        """For a loop that cannot be cut (a parallel one), ``(term, low, high)``: a term of its
+        conditions computed from the loop's variable alone (the row ``i % 112`` of a fused
+        (channel block, row) loop) and the widest range of its values over which none of
+        them turns; None when there is no such term or range short of the whole."""
+        found = self.conditions(body)
+        if found is None:
+            return None
+        compares, inner = found
+        var, by_term = loop.var, {}
+        for compare in compares:
+            form = self.linear(compare.a - compare.b)
+            if form is None:
+                continue
+            for key, (node, _) in form[0].items():
+                if not isinstance(node, Var) and L.free_vars(node) == {var}:
+                    by_term.setdefault(key, [node, []])[1].append(compare)
+        best = None
+        for key, (node, compares_of) in by_term.items():
+            b = self.bounds(node)
+            if b is None:
+                continue
+            points = sorted({p for c in compares_of for p in self.cut_points(node, c, inner, key)
+                             if b[0] < p <= b[1]})
+            if not points or len(points) > MAX_CUTS:
+                continue
+            edges = [b[0]] + points + [b[1] + 1]
+            lo, hi = max(zip(edges, edges[1:]), key=lambda seg: seg[1] - seg[0])
+            if hi - lo < 2 or 2 * (hi - lo) < b[1] - b[0] + 1:
+                continue   # no interior worth a second copy of the body
+            if best is None or len(compares_of) > best[3]:
+                best = (node, lo, hi - 1, len(compares_of))
+        return None if best is None else best[:3]
+
+    def split_body(self, body, term, lo: int, hi: int):
+        """``body`` as ``let t = term in if lo <= t <= hi: A else: B``: ``A`` is the body with
+        ``term`` read from ``t`` and simplified knowing its range (partitioned further), ``B``
+        the body as it was (its guards kept)."""
+        t = Var(f"{_term_name(term)}_in", term.dtype)
+        key = L.to_text(term)
+        memo: dict = {}
+
+        def replace(node):
+            if id(node) in memo:
+                return memo[id(node)]
+            if isinstance(node, type(term)) and getattr(node, "op", None) == term.op \
+                    and L.to_text(node) == key:
+                out = t
+            else:
+                out = L.map_children(node, replace)
+            memo[id(node)] = out
+            return out
+
+        self.ranges[t] = (lo, hi)
+        self.memo.clear()
+        inside = self.stmt(replace(body))
+        self.ranges.pop(t)
+        self.memo.clear()
+        self.partition = False
+        outside = self.stmt(body)
+        self.partition = True
+        self.memo.clear()
+        cond = L.logical_and(t >= IntImm(lo, t.dtype), t <= IntImm(hi, t.dtype))
+        return LetStmt(t, self.expr(term), IfThenElse(cond, inside, outside))
+
+    def cut_points(self, var, compare, inner: dict, key: str | None = None) -> tuple:
+        """Where ``compare`` (a comparison of integers affine in ``var``) may turn: points ``t``
+        such that on each side of every one the comparison holds for every value of its other
+        variables, fails for every one, or neither. Its other variables are loops inside this
+        one (``inner``: their ranges) or around it (known ranges); ``a * var + r + c >= 0``
+        with ``r`` in ``[lo, hi]`` holds for all ``r`` past the point of ``c + lo`` and for
+        none past that of ``c + hi``. No points for a comparison that is not affine in
+        ``var`` or whose other terms have no known range. With ``key``, ``var`` is a term (an
+        expression whose text is ``key``) rather than a variable."""
+        form = self.linear(compare.a - compare.b)
+        if form is None:
+            return ()
+        terms, const = form
+        coef, lo, hi = 0, 0, 0
+        for term, (node, k) in terms.items():
+            if node is var or (key is not None and term == key):
+                coef = k
+                continue
+            b = inner.get(node) if isinstance(node, Var) else None
+            if b is None:
+                b = self.bounds(node)
+            if b is None:
+                return ()
+            lo, hi = lo + min(k * b[0], k * b[1]), hi + max(k * b[0], k * b[1])
+        if not coef:
+            return ()
+        points = []
+        for offset in {lo, hi}:
+            c = const + offset
+            # as a * var + c >= 0 (true on one side of the point)
+            a, c = {">=": (coef, c), ">": (coef, c - 1), "<=": (-coef, -c),
+                    "<": (-coef, -c - 1)}.get(compare.op, (coef, c))
+            if compare.op in ("==", "!="):   # hold or fail at one point: cut on both sides
+                if a > 0:
+                    points += [-(c // a), -(c // a) + 1] if c % a == 0 else []
+                else:
+                    points += [c // -a, c // -a + 1] if c % a == 0 else []
+            elif a > 0:
+                points.append(-(c // a))              # var >= ceil(-c / a)
+            else:
+                points.append(c // -a + 1)            # var <= floor(c / -a)
+        return points
 
     # ------------------------------------------------------------------ affine forms
     def linear(self, e):
@@ -329,12 +489,39 @@ class _Simplifier:
                 saved = self.ranges.get(s.var)
                 self.ranges[s.var] = (begin.value, begin.value + extent.value - 1)
                 self.memo.clear()
-                body = self.stmt(s.body)
+                cuts = self.cuts(s, s.body, begin.value, begin.value + extent.value) \
+                    if self.partition and s.kind == "serial" and extent.value > 2 else []
+                split = self.term_split(s, s.body) \
+                    if self.partition and s.kind == "parallel" else None
+                if split is not None:
+                    body = self.split_body(s.body, *split)
+                elif cuts:
+                    # the widest segment (the interior) has its inner loops partitioned too; the
+                    # edges keep their guards: partitioning them again would multiply the copies
+                    # of the body for a few iterations
+                    bounds = list(zip([begin.value] + cuts, cuts + [begin.value + extent.value]))
+                    middle = (len(bounds) - 1) / 2
+                    widest = max(range(len(bounds)), key=lambda k: (bounds[k][1] - bounds[k][0],
+                                                                    -abs(k - middle)))
+                    parts = []
+                    for k, (lo, hi) in enumerate(bounds):
+                        self.ranges[s.var] = (lo, hi - 1)
+                        self.memo.clear()
+                        self.partition = k == widest
+                        parts.append(self.stmt(For(s.var, IntImm(lo, begin.dtype),
+                                                   IntImm(hi - lo, extent.dtype), s.kind,
+                                                   s.body)))
+                    self.partition = True
+                    body = None
+                else:
+                    body = self.stmt(s.body)
                 if saved is None:
                     self.ranges.pop(s.var, None)
                 else:
                     self.ranges[s.var] = saved
                 self.memo.clear()
+                if body is None:
+                    return L.seq(*parts)
             else:
                 body = self.stmt(s.body)
             return For(s.var, begin, extent, s.kind, body)
@@ -373,11 +560,31 @@ def bounds(expr: Expr, ranges: dict | None = None):
     return _Simplifier(ranges or {}).bounds(L.convert(expr))
 
 
-def simplify_stmt(stmt, ranges: dict | None = None):
-    """``stmt`` with its expressions simplified (see the module)."""
-    return _Simplifier(ranges or {}).stmt(stmt)
+def simplify_stmt(stmt, ranges: dict | None = None, partition: bool = False):
+    """``stmt`` with its expressions simplified (see the module); with ``partition``, serial
+    loops are also split where a condition over their variable turns (see
+    :func:`simplify_func`)."""
+    return _Simplifier(ranges or {}, partition).stmt(stmt)
 
 
-def simplify_func(func: PrimFunc) -> PrimFunc:
-    """``func`` with its body simplified."""
-    return PrimFunc(func.name, func.params, simplify_stmt(func.body))
+def simplify_func(func: PrimFunc, partition: bool = False) -> PrimFunc:
+    """``func`` with its body simplified. With ``partition``, a serial loop whose body holds a
+    condition over the loop's variable (a padding guard) is split into consecutive loops where
+    the condition does not change, each simplified with its own range: the guard and the index
+    clamps under it disappear from the interior loop, and the edges keep only what holds there.
+    A parallel loop's body branches instead, on the term of its variable the guards read.
+
+    >>> from relaybench.te import loop_ir as L
+    >>> A, P = L.Buffer("A", (4,), "float32"), L.Buffer("P", (6,), "float32")
+    >>> x = L.Var("x")
+    >>> inside = L.logical_and(x - 1 >= 0, x - 1 < 4)
+    >>> clamp = L.min_expr(L.max_expr(x - 1, 0), 3)
+    >>> body = L.Store(P, (x,), L.select(inside, L.Load(A, (clamp,)), 0.0))
+    >>> print(simplify_func(L.PrimFunc("pad", [A, P], L.For(x, 0, 6, "serial", body)),
+    ...                     partition=True).body)
+    P[0] = 0.0
+    for x in serial(1, 5):
+        P[x] = A[x - 1]
+    P[5] = 0.0
+    """
+    return PrimFunc(func.name, func.params, simplify_stmt(func.body, partition=partition))

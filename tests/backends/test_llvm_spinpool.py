@@ -24,6 +24,15 @@ def _increment_kernel(n):
     return build_kernel(L.PrimFunc("increment", [x, out], body))
 
 
+def _ones(n):
+    """The increment kernel on ``n`` rows of ones, its zeroed output, and the argument array
+    of pointers a pool's entry point takes."""
+    kernel = _increment_kernel(n)
+    x = np.ones((n, 16), "int64")
+    out = np.zeros((n, 16), "int64")
+    return kernel, out, np.array([x.ctypes.data, out.ctypes.data], np.int64), x
+
+
 @pytest.mark.parametrize("threads", [2, 3])
 def test_every_range_runs_once_per_call(threads):
     kernel = _increment_kernel(37)
@@ -55,16 +64,13 @@ def test_phased_kernel_on_the_pool_matches_numpy():
 
 
 def test_pool_runs_an_entry_point_and_stops():
-    kernel = _increment_kernel(8)
-    x = np.ones((8, 16), "int64")
-    out = np.zeros((8, 16), "int64")
-    pointers = np.array([x.ctypes.data, out.ctypes.data], np.int64)
+    kernel, out, pointers, _ = _ones(8)
     pool = SpinPool(3)
     try:
         pool.run(kernel.kernel.entry, pointers.ctypes.data, [(0, 3), (3, 6), (6, 8)])
         np.testing.assert_array_equal(out, 1)
-        with pytest.raises(ValueError, match="4 ranges for 3 threads"):
-            pool.run(kernel.kernel.entry, pointers.ctypes.data, [(0, 2)] * 4)
+        with pytest.raises(ValueError, match="65 ranges, more than 64"):
+            pool.run(kernel.kernel.entry, pointers.ctypes.data, [(0, 2)] * 65)
     finally:
         pool.shutdown()
     assert pool._threads is None
@@ -118,18 +124,46 @@ def test_pool_keeps_no_wrapper_of_a_kernel(tmp_path):
 
 def test_the_spin_is_measured_in_this_cpus_pauses():
     """How many pause instructions make SPIN_SECONDS is measured once per process and written
-    into every worker's slot (word 7), where the worker and the waiter read it."""
+    into the pool's job header (word 5), where the workers and the waiter read it."""
     from relaybench.backends.llvm import spinpool
     limit = spinpool.spin_limit()
     assert 1000 <= limit <= 10_000_000 and spinpool.spin_limit() == limit
     pool = SpinPool(3)
     try:
-        assert list(pool._slots[:, 7]) == [limit, limit]
-        kernel = _increment_kernel(6)
-        x = np.ones((6, 16), "int64")
-        out = np.zeros((6, 16), "int64")
-        pointers = np.array([x.ctypes.data, out.ctypes.data], np.int64)
+        assert pool._header[5] == limit
+        kernel, out, pointers, _ = _ones(6)
         pool.run(kernel.kernel.entry, pointers.ctypes.data, [(0, 2), (2, 4), (4, 6)])
+        np.testing.assert_array_equal(out, 1)
+    finally:
+        pool.shutdown()
+
+
+def test_more_ranges_than_threads_each_run_once():
+    """Ranges are claimed, not dealt: 40 ranges on 3 threads each run exactly once, call after
+    call."""
+    kernel = _increment_kernel(40)
+    x = np.arange(40 * 16, dtype="int64").reshape(40, 16)
+    out = np.zeros_like(x)
+    pointers = np.array([x.ctypes.data, out.ctypes.data], np.int64)
+    pool = SpinPool(3)
+    try:
+        for _ in range(200):
+            pool.run(kernel.kernel.entry, pointers.ctypes.data, [(i, i + 1) for i in range(40)])
+    finally:
+        pool.shutdown()
+    np.testing.assert_array_equal(out, 200 * x)
+
+
+def test_the_caller_does_not_wait_for_a_worker_that_has_no_core():
+    """A worker held away from its core (here: stopped for the whole call) leaves its ranges
+    to the caller, which claims them; the call returns, every range run once."""
+    kernel, out, pointers, _ = _ones(8)
+    pool = SpinPool(2)
+    try:
+        pool._header[4] = 1            # the stop flag: the worker leaves its loop
+        pool._threads[0].join(timeout=2.0)
+        assert not pool._threads[0].is_alive()
+        pool.run(kernel.kernel.entry, pointers.ctypes.data, [(0, 4), (4, 8)])
         np.testing.assert_array_equal(out, 1)
     finally:
         pool.shutdown()

@@ -129,6 +129,29 @@ def test_depthwise_conv2d_nchwc(wide_host):
     assert "depthwise_conv2d_NCHWc = allocate((1, 1, 1, 10, 16)" in lowered.source()
 
 
+@pytest.mark.parametrize("parallel", ["oc_row", "oc"])
+@pytest.mark.parametrize("stride", [1, 2])
+def test_depthwise_conv2d_reads_its_input_without_a_padded_copy(wide_host, stride, parallel):
+    """The padding is read in place: no padded copy of the input. The interior rows (a loop
+    cut where the guards turn, or, when the rows share the parallel loop with the channel
+    blocks, an ``if`` on the row) and the interior tiles read the input with no guard at all;
+    the edges keep theirs. 30 columns: three tiles of 10 (stride 1), three of 5 (stride 2)."""
+    mod, params = _conv_block(channels_in=32, channels_out=32, groups=32, size=30,
+                              stride=stride)
+    group = _group_with(_groups(mod, params), "nn.conv2d")
+    with rb.autotune.ApplyConfig({"depthwise_conv2d_NCHWc": {"parallel": parallel}}):
+        lowered, _ = _run_both(group)
+    text = lowered.source()
+    assert "pad = allocate" not in text and "select(" in text
+    if parallel == "oc":
+        assert f"serial(1, {30 // stride - 1})" in text or f"serial(1, {30 // stride})" in text
+    else:
+        assert f"_in <= {30 // stride - 2}:" in text or f"_in <= {30 // stride - 1}:" in text
+    tiles = [t[:t.index("for i3_inner")] for t in text.split("= allocate((1, 1, 1, ")[1:]]
+    assert any("select(" not in t and "max(" not in t and "min(" not in t for t in tiles)
+    assert any("select(" in t for t in tiles)
+
+
 def test_conv2d_nchw_at_opt_level_0():
     mod, params = _conv_block(channels_in=3, channels_out=4, size=6)
     group = _group_with(_groups(mod, params, opt_level=0), "nn.conv2d")

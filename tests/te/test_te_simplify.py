@@ -175,3 +175,84 @@ def test_comparisons_that_could_wrap_are_not_decided():
     assert not isinstance(out, L.IntImm)
     # without wrapping it is decided
     assert simplify(cond, {i: (0, 20)}).value == 1
+
+
+# ---- loop partitioning (simplify_func(partition=True))
+
+def _padded_copy(n: int, pad: int, kind: str = "serial"):
+    """``P[i] = A[i - pad]`` inside, 0 in the padding, as lowering writes it: a guard and a
+    clamped index."""
+    A, P = L.Buffer("A", (n,), "float32"), L.Buffer("P", (n + 2 * pad,), "float32")
+    i = L.Var("i")
+    inside = L.logical_and(i - pad >= 0, i - pad < n)
+    clamp = L.min_expr(L.max_expr(i - pad, 0), n - 1)
+    body = L.Store(P, (i,), L.select(inside, L.Load(A, (clamp,)), 0.0))
+    return L.PrimFunc("pad", [A, P], L.For(i, 0, n + 2 * pad, kind, body))
+
+
+def _run(func, *shapes):
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal(s).astype("float32") for s in shapes]
+    te.evaluate(func, *arrays)
+    return arrays
+
+
+def test_a_padding_guard_cuts_its_loop_into_edges_and_a_guardless_interior():
+    func = _padded_copy(10, 2)
+    out = simplify_func(func, partition=True)
+    text = str(out)
+    assert "for i in serial(2, 12):" in text
+    interior = text[text.index("serial(2, 12)"):].splitlines()[1]
+    assert interior.strip() == "P[i] = A[i - 2]"
+    a, got = _run(out, (10,), (14,))
+    np.testing.assert_array_equal(got, np.pad(a, 2))
+    # without partition the loop stays whole
+    assert "serial(2, 12)" not in str(simplify_func(func))
+
+
+def test_a_guard_over_an_inner_loop_cuts_where_it_holds_for_every_inner_value():
+    """``x * 4 + r - 2`` with ``r`` an inner loop over [0, 4): the guard ``>= 0`` holds for every
+    ``r`` from ``x = 1`` on, ``< 28`` for every ``r`` up to ``x = 6``: cuts at 1 and 7."""
+    A, O = L.Buffer("A", (28,), "float32"), L.Buffer("O", (8, 4), "float32")
+    x, r = L.Var("x"), L.Var("r")
+    k = x * 4 + r - 2
+    guard = L.logical_and(k >= 0, k < 28)
+    value = L.select(guard, L.Load(A, (L.min_expr(L.max_expr(k, 0), 27),)), 0.0)
+    body = L.For(r, 0, 4, "unrolled", L.Store(O, (x, r), value))
+    func = L.PrimFunc("window", [A, O], L.For(x, 0, 8, "serial", body))
+    out = simplify_func(func, partition=True)
+    assert "for x in serial(1, 7):" in str(out)
+    a, got = _run(out, (28,), (8, 4))
+    want = np.pad(a, (2, 2))[np.arange(8)[:, None] * 4 + np.arange(4)]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_a_parallel_loop_branches_on_the_row_its_guards_read():
+    """A parallel loop over (block, row) pairs is not cut (its iterations are the threads'):
+    its body branches on the row, ``i % 6``, the interior rows reading with no guard."""
+    A, O = L.Buffer("A", (2, 6, 3), "float32"), L.Buffer("O", (2, 6, 3), "float32")
+    i, c = L.Var("i"), L.Var("c")
+    row = i % 6
+    prev = row - 1
+    guard = prev >= 0
+    value = L.select(guard, L.Load(A, (i // 6, L.max_expr(prev, 0), c)), 0.0)
+    body = L.For(c, 0, 3, "serial", L.Store(O, (i // 6, row, c), value + L.Load(A, (i // 6, row, c))))
+    func = L.PrimFunc("rows", [A, O], L.For(i, 0, 12, "parallel", body))
+    out = simplify_func(func, partition=True)
+    text = str(out)
+    assert "i_in = i % 6" in text and "if i_in >= 1 and i_in <= 5:" in text
+    inside = text[text.index("if i_in"):text.index("else:")]
+    assert "select(" not in inside and "max(" not in inside
+    a, got = _run(out, (2, 6, 3), (2, 6, 3))
+    shifted = np.concatenate([np.zeros((2, 1, 3), "float32"), a[:, :-1]], axis=1)
+    np.testing.assert_array_equal(got, a + shifted)
+
+
+def test_loops_holding_gpu_shared_arrays_are_not_cut():
+    """A shared array is declared once per GPU kernel: a loop around one is left whole."""
+    func = _padded_copy(10, 2)
+    loop = func.body
+    S = L.Buffer("S", (4,), "float32", scope="shared")
+    body = L.seq(L.Allocate(S, L.Store(S, (0,), L.FloatImm(1.0, "float32"))), loop.body)
+    guarded = L.PrimFunc("pad", func.params, L.For(loop.var, 0, 14, "serial", body))
+    assert "serial(2, 12)" not in str(simplify_func(guarded, partition=True))

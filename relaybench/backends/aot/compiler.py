@@ -133,7 +133,7 @@ class _Program:
         if threads > 1:
             from ..llvm.spinpool import _functions, spin_pool
             self.pool = spin_pool(threads)
-            self.pool_wait = _functions()[1]     # kept: its address is in the code
+            self.pool_help = _functions()[1]     # kept: its address is in the code
         self.alloc = self._emit_alloc()
 
     def constructor_number(self, con) -> int:
@@ -398,14 +398,16 @@ class _FunctionEmitter:
     def parallel_call(self, entry: int, args: list, extent: int) -> None:
         """A parallel loop over ``[0, extent)`` split across the spinning pool
         (:mod:`relaybench.backends.llvm.spinpool`), handed out from native code as
-        ``SpinPool.run`` does: each worker's slot gets the kernel's uniform entry point, the
-        argument array and its range, the generation last (a release store); this thread runs
-        the first range and waits in ``rb_pool_wait``. The generation counter lives in the run's
+        ``SpinPool.run`` does: the pool's job header gets the kernel's uniform entry point, the
+        argument array, the table of ranges and their count, the claim word and the generation
+        last (release stores); this thread then claims and runs ranges with the workers and
+        waits for the rest in ``rb_pool_help``. The generation counter lives in the run's
         context (Python holds the pool's lock for the run and takes the counter back after)."""
-        from ..llvm.runtime import split_range
-        from ..llvm.spinpool import _ARGS, _BEGIN, _END, _ENTRY, _GEN, _SLOT_WORDS
+        from ..llvm.runtime import RANGES_PER_THREAD, split_range
+        from ..llvm.spinpool import (_ARGS, _COUNT, _ENTRY, _FINISHED, _GEN, _NEXT, _TABLE,
+                                     _TAG_BITS, _TAG_MASK, MAX_RANGES)
         p, b = self.program, self.b
-        ranges = split_range(extent, p.threads)
+        ranges = split_range(extent, min(MAX_RANGES, p.threads * RANGES_PER_THREAD))
         p64 = p.i64.as_pointer()
         entry_type = p.ir.FunctionType(p.ir.VoidType(), [p64, p.i64, p.i64])
         target = b.inttoptr(p.const(entry), entry_type.as_pointer())
@@ -417,17 +419,24 @@ class _FunctionEmitter:
         counter = p.ctx_word(b, CTX_POOL_GENERATION)
         gen = b.add(b.load(counter), p.const(1))
         b.store(gen, counter)
-        slots = p.pool._slots_pointer
-        for k, (begin, end) in enumerate(ranges[1:]):
-            slot = slots + 8 * k * _SLOT_WORDS
-            for word, value in ((_ENTRY, p.const(entry)), (_ARGS, b.ptrtoint(array, p.i64)),
-                                (_BEGIN, p.const(begin)), (_END, p.const(end))):
-                b.store(value, b.inttoptr(p.const(slot + 8 * word), p64))
-            b.store_atomic(gen, b.inttoptr(p.const(slot + 8 * _GEN), p64), "release", 8)
-        b.call(target, [array, p.const(ranges[0][0]), p.const(ranges[0][1])])
-        wait_type = p.ir.FunctionType(p.ir.VoidType(), [p64, p.i64, p.i64])
-        wait = b.inttoptr(p.const(_function_address(p.pool_wait)), wait_type.as_pointer())
-        b.call(wait, [b.inttoptr(p.const(slots), p64), p.const(len(ranges) - 1), gen])
+        header = p.pool._header_pointer
+
+        def at(word):
+            return b.inttoptr(p.const(header + 8 * word), p64)
+
+        b.store(p.const(entry), at(_ENTRY))
+        b.store(b.ptrtoint(array, p.i64), at(_ARGS))
+        for k, (begin, end) in enumerate(ranges):
+            b.store(p.const(begin), at(_TABLE + 2 * k))
+            b.store(p.const(end), at(_TABLE + 2 * k + 1))
+        b.store(p.const(len(ranges)), at(_COUNT))
+        b.store(p.const(0), at(_FINISHED))
+        tag = b.shl(b.and_(gen, p.const(_TAG_MASK)), p.const(_TAG_BITS))
+        b.store_atomic(tag, at(_NEXT), "release", 8)
+        b.store_atomic(gen, at(_GEN), "release", 8)
+        help_type = p.ir.FunctionType(p.ir.VoidType(), [p64, p.i64])
+        help_ = b.inttoptr(p.const(_function_address(p.pool_help)), help_type.as_pointer())
+        b.call(help_, [b.inttoptr(p.const(header), p64), gen])
 
     def argument_array(self, args: list):
         """An ``i64`` array in this frame holding ``args`` (a kernel entry point's argument)."""

@@ -274,6 +274,10 @@ def parallel_for(body: Callable[[int, int], object], extent: int,
     return ranges
 
 
+RANGES_PER_THREAD = 2
+"""Ranges a parallel kernel on the spinning pool is cut into, per thread."""
+
+
 def _launcher(function, values: tuple, parallel_extent: int | None, threads: int,
               keep=(), entry: int | None = None) -> Callable[[], None]:
     """A function of no arguments that calls ``function`` on ``values`` (over
@@ -288,8 +292,11 @@ def _launcher(function, values: tuple, parallel_extent: int | None, threads: int
     if len(ranges) == 1:
         return lambda keep=keep: function(*values, 0, parallel_extent)
     if entry is not None and all(isinstance(v, int) for v in values):
-        from .spinpool import ENTRY_TYPE, spin_pool
+        from .spinpool import ENTRY_TYPE, MAX_RANGES, spin_pool
         spinning = spin_pool(threads)
+        # the threads claim ranges as they come (see spinpool): with a few per thread, a
+        # worker that arrives late still takes its part of what is left
+        ranges = split_range(parallel_extent, min(MAX_RANGES, threads * RANGES_PER_THREAD))
         pointers = np.array(values, dtype=np.int64)
         address = pointers.ctypes.data
         call = ENTRY_TYPE(entry)  # lives with this launcher, as the code it calls
