@@ -259,6 +259,24 @@ print(roundtrip)
 print(simplify_func(roundtrip))
 """, check=True)
 md("""
+**Loop partitioning.** A padded read carries a guard, `select(inside, A[clamped index], 0.0)`,
+evaluated on every iteration. With `partition=True` (what lowering asks for the depthwise and
+pooling rules) the simplifier cuts a loop where such a guard turns: the edges keep it, the
+interior loses it and the clamps under it. A parallel loop, whose iterations are the threads',
+branches on the row its guards read instead. This is how the depthwise convolution reads its
+padding in place, with no padded copy of its input:
+""")
+code("""
+x = L.Var("x")
+A, P = L.Buffer("A", (8,), "float32"), L.Buffer("P", (10,), "float32")
+inside = L.logical_and(x - 1 >= 0, x - 1 < 8)
+read = L.Load(A, (L.min_expr(L.max_expr(x - 1, 0), 7),))
+padded = L.PrimFunc("pad", [A, P], L.For(x, 0, 10, "serial",
+                                          L.Store(P, (x,), L.select(inside, read, 0.0))))
+print(padded)
+print(simplify_func(padded, partition=True))
+""", check=True)
+md("""
 ## The injective rule
 
 The other two groups of the block are layout transforms, `INJECTIVE`. The x86 strategy's
