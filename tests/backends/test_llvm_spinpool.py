@@ -92,14 +92,14 @@ def test_idle_workers_nap():
 
 
 def test_pool_keeps_no_wrapper_of_a_kernel(tmp_path):
-    """The pool held one ctypes wrapper per kernel address it ever ran, forever; the wrapper
-    now lives with the launcher that made it, so a kernel that is gone leaves nothing in the
-    pool, and runs through the pool still give numpy's answer."""
+    """The pool once held one ctypes wrapper per kernel address it ever ran, forever; now the
+    ranges run from compiled code and nothing is wrapped, so a kernel that is gone leaves
+    nothing in the pool, and runs through the pool still give numpy's answer."""
     import gc
     import weakref
 
     from relaybench import config
-    from relaybench.backends.llvm.spinpool import ENTRY_TYPE, spin_pool
+    from relaybench.backends.llvm.spinpool import spin_pool
 
     pool = spin_pool(2)
     assert not hasattr(pool, "_entries")
@@ -111,12 +111,11 @@ def test_pool_keeps_no_wrapper_of_a_kernel(tmp_path):
     for _ in range(3):
         run()
     np.testing.assert_array_equal(out, 3 * x)
-    call = ENTRY_TYPE(kernel.kernel.entry)
     pointers = np.array([x.ctypes.data, out.ctypes.data], dtype=np.int64)
-    pool.run(kernel.kernel.entry, pointers.ctypes.data, [(0, 4), (4, 9)], call)
+    pool.run(kernel.kernel.entry, pointers.ctypes.data, [(0, 4), (4, 9)])
     np.testing.assert_array_equal(out, 4 * x)
     referrers = weakref.ref(kernel)
-    del run, kernel, call
+    del run, kernel
     gc.collect()
     assert referrers() is None
     assert not [v for v in vars(pool).values() if isinstance(v, dict) and v]

@@ -292,17 +292,16 @@ def _launcher(function, values: tuple, parallel_extent: int | None, threads: int
     if len(ranges) == 1:
         return lambda keep=keep: function(*values, 0, parallel_extent)
     if entry is not None and all(isinstance(v, int) for v in values):
-        from .spinpool import ENTRY_TYPE, MAX_RANGES, spin_pool
+        from .spinpool import MAX_RANGES, spin_pool
         spinning = spin_pool(threads)
         # the threads claim ranges as they come (see spinpool): with a few per thread, a
         # worker that arrives late still takes its part of what is left
         ranges = split_range(parallel_extent, min(MAX_RANGES, threads * RANGES_PER_THREAD))
         pointers = np.array(values, dtype=np.int64)
         address = pointers.ctypes.data
-        call = ENTRY_TYPE(entry)  # lives with this launcher, as the code it calls
 
         def launch_spinning(keep=(keep, pointers, function)):  # function: keeps the code
-            spinning.run(entry, address, ranges, call)
+            spinning.run(entry, address, ranges)
         return launch_spinning
 
     pool = thread_pool(threads)

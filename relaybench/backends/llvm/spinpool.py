@@ -43,7 +43,7 @@ import threading
 
 import numpy as np
 
-__all__ = ["SpinPool", "spin_pool", "ENTRY_TYPE"]
+__all__ = ["SpinPool", "spin_pool"]
 
 SPIN_SECONDS = 0.005
 """How long a worker spins without work before it starts napping (and a waiter before it
@@ -61,9 +61,6 @@ _WORDS = _TABLE + 2 * MAX_RANGES
 _TAG_BITS = 32
 _INDEX_MASK = (1 << _TAG_BITS) - 1
 _TAG_MASK = (1 << 31) - 1   # the tag shifted up stays a positive int64
-
-#: The ctypes type of a task's entry point.
-ENTRY_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
 
 _compiled = None
 _compile_lock = threading.Lock()
@@ -268,16 +265,15 @@ class SpinPool:
             thread.start()
             self._threads.append(thread)
 
-    def run(self, entry: int, args: int, ranges, call=None) -> None:
+    def run(self, entry: int, args: int, ranges) -> None:
         """``entry(args, begin, end)`` once for each ``(begin, end)`` of ``ranges``, by whichever
         thread claims it first (this one among them); returns when every range is done.
         ``entry`` and ``args`` are addresses. There may be more ranges than threads (up to
         :data:`MAX_RANGES`): a worker that comes late, its core taken by another program,
         leaves its ranges to the threads that are there instead of holding them up.
 
-        ``call`` (``entry`` as a ctypes function) is accepted for callers that have one; the
-        ranges run from compiled code, which calls ``entry`` directly. The pool keeps nothing
-        of a kernel, so that it holds nothing of one whose module is gone."""
+        The ranges run from compiled code, which calls ``entry`` directly: the pool makes no
+        ctypes wrapper of it and keeps nothing of a kernel whose module is gone."""
         if len(ranges) > MAX_RANGES:
             raise ValueError(f"SpinPool.run: {len(ranges)} ranges, more than {MAX_RANGES}")
         if self._threads is None:
