@@ -8,9 +8,11 @@ engines compute the same function from the same weights: relaybench's zoo model 
 the PyTorch twin of ``bench/torch_models.py`` with those params loaded; and ONNX Runtime on the
 ONNX file exported from that PyTorch module. Their outputs are compared before anything is timed.
 
-Timing. For each model and thread count, every engine is warmed up, then the repetitions are
-interleaved: repetition ``r`` runs each engine once (``number`` calls, timed together and
-divided), starting from engine ``r mod n``, so a drift of the machine's clock or load touches
+Timing. For each model and thread count, every engine is warmed up (at least 0.1 s and
+``--warmup`` calls), and with ``--number 0`` its calls per block are counted from 50 ms of
+calls after that (an engine's first calls pay for page faults and cold caches); then the
+repetitions are interleaved: repetition ``r`` runs each engine once (``number`` calls, timed
+together and divided), starting from engine ``r mod n``, so a drift of the machine's clock or load touches
 every engine alike. A pause of 50 ms separates the engines, so the threads that one leaves
 spinning after its call (ONNX Runtime's for about 20 ms, PyTorch's for a few) do not steal cycles
 from the next; OpenBLAS's, which spin for about 0.1 s, are told not to
@@ -76,6 +78,8 @@ MODELS = {
 RTOL, ATOL = 1e-3, 1e-4
 PAUSE_S = 0.05          # between two engines' blocks of calls: ONNX Runtime spins about 20 ms
 AUTO_BLOCK_S = 0.2      # with --number 0, each block of calls lasts about this long
+WARMUP_S = 0.1          # each engine warms up for at least this long (and --warmup calls)
+PROBE_S = 0.05          # then calls for at least this long give its time per call
 
 
 def _load_torch_models():
@@ -368,10 +372,22 @@ def time_interleaved(engines, data, repeat: int, number: int, warmup: int) -> di
     for e in engines:
         e.prepare()
         start = time.perf_counter()
-        for _ in range(max(1, warmup)):
+        calls = 0
+        while calls < max(1, warmup) or time.perf_counter() - start < WARMUP_S:
             e.run(data)
-        per_call = (time.perf_counter() - start) / max(1, warmup)
-        numbers[e.key] = number or max(1, math.ceil(AUTO_BLOCK_S / max(per_call, 1e-9)))
+            calls += 1
+        if number:
+            numbers[e.key] = number
+            continue
+        # the block size from calls after the warm-up (the first calls of an engine pay for
+        # its page faults and caches, and would make the blocks of a fast one far too short)
+        start = time.perf_counter()
+        calls = 0
+        while calls < 2 or time.perf_counter() - start < PROBE_S:
+            e.run(data)
+            calls += 1
+        per_call = (time.perf_counter() - start) / calls
+        numbers[e.key] = max(1, math.ceil(AUTO_BLOCK_S / max(per_call, 1e-9)))
     times = {e.key: [] for e in engines}
     for r in range(repeat):
         order = engines[r % len(engines):] + engines[:r % len(engines)]

@@ -492,6 +492,45 @@ class Profile(Table):
 
 # ---- the executable ----------------------------------------------------------------------------
 
+def _native_runs(calls: list) -> list:
+    """What runs ``calls`` (bound kernel calls) in order: each stretch of consecutive calls
+    that can all be made from compiled code (their ``native`` attribute, see
+    :class:`~relaybench.backends.llvm.runtime.NativeCall`) becomes one
+    :class:`~relaybench.backends.llvm.spinpool.Steps` program, so the stretch costs one call
+    from Python instead of one per kernel (a few microseconds each, as long as a small kernel
+    runs); the other calls stay as they are."""
+    if not any(getattr(call, "native", None) is not None for call in calls):
+        return list(calls)
+    from .llvm.runtime import join_native
+    from .llvm.spinpool import Steps
+    runs: list = []
+    stretch: list = []
+
+    def flush():
+        if len(stretch) == 1:
+            runs.append(stretch[0])
+        elif stretch:
+            native = join_native(stretch)
+            if native is None:      # two pools: each call as it is
+                runs.extend(stretch)
+            else:
+                runs.append(Steps(native.steps, native.pool, native.keep))
+        stretch.clear()
+
+    for call in calls:
+        native = getattr(call, "native", None)
+        if native is None:
+            flush()
+            runs.append(call)
+        else:
+            if stretch and native.pool is not None and \
+                    any(c.native.pool not in (None, native.pool) for c in stretch):
+                flush()
+            stretch.append(call)
+    flush()
+    return runs
+
+
 class GraphModule:
     """A compiled static graph: ``run(**inputs)``, ``set_input`` / ``get_output``, ``benchmark``,
     ``profile``, ``source``, ``memory_plan`` (made by :func:`relaybench.build`)."""
@@ -555,6 +594,7 @@ class GraphModule:
                    [self._arrays[e] for e in node.outputs]
             calls.append(node.kernel.bind_call(args, self._num_threads))
         self._calls = calls
+        self._run_list = _native_runs(calls)
 
     # -- threads
     @property
@@ -639,7 +679,7 @@ class GraphModule:
         return self._result()
 
     def _execute(self) -> None:
-        for call in self._calls:
+        for call in self._run_list:
             call()
         for dst, src in self._output_copies:
             np.copyto(dst, src)

@@ -46,9 +46,18 @@ one pixel), the kernel ``OIHW{x}i{y}o`` and the output ``NCHW{y}c``. The policy 
 ``nn.conv2d`` in ``NCHW`` / ``OIHW`` those layouts and lets the operators' layout rules carry the
 new layout through what follows (ReLU, the batch-norm arithmetic, residual additions,
 pooling...), so a ``layout_transform`` appears only where a layout-sensitive operator needs the
-original order (``nn.batch_flatten``) and at the function's entry and exit. The kernels'
+original order (``nn.batch_flatten`` not followed by a dense layer, see below) and at the
+function's entry and exit. The kernels'
 transforms are ``layout_transform`` calls on the weights, which FoldConstant folds once the
 weights are bound constants.
+
+**A dense layer after a flatten.** ``nn.dense(nn.batch_flatten(layout_transform(x, NCHW16c ->
+NCHW)), W)`` with constant weights (a classifier after blocked convolutions) becomes
+``nn.dense(nn.batch_flatten(x), W')``: the flattened blocked tensor holds the same features
+per row in another order, so ``W``'s columns are put in that order once, at compile time, and
+the transform back to NCHW, a gather of every element, is gone (:class:`FoldFlattenIntoDense`;
+the DQN's 3136 features: 8 us -> a 1 us copy). A ``reshape`` to ``(N, features)`` is matched
+too; weights that are not a constant keep the transform.
 
 **Block sizes.** ``x`` is the largest divisor of the input channels not above ``max_block`` and
 ``y`` the largest divisor of the output channels not above it (``max_block``, the pass's option
@@ -88,10 +97,15 @@ from __future__ import annotations
 from contextvars import ContextVar
 from typing import Optional
 
+import numpy as np
+
+from ..ir.expr import Constant
+from ..ir.layout import Layout
 from ..ir.types import TensorType
 from ..op.registry import get_op_attr, op_attr_registrations
 from ._layout_rules import rewrite_layouts
-from .infra import module_pass
+from .dataflow_pattern import DFPatternCallback, is_constant, is_op, rewrite, wildcard
+from .infra import module_pass, rewrite_each_function
 from .legalize import current_target, load_target_policies
 
 __all__ = ["AlterOpLayout", "channel_block", "int8_channel_block", "register_channel_block",
@@ -313,6 +327,85 @@ def AlterOpLayout(mod, ctx, *, max_block: int = 16):
         return mod
     token = _MAX_BLOCK.set(max_block)
     try:
-        return rewrite_layouts(mod, hooks)
+        out = rewrite_layouts(mod, hooks)
     finally:
         _MAX_BLOCK.reset(token)
+    return fold_flatten_into_dense(out)
+
+
+class FoldFlattenIntoDense(DFPatternCallback):
+    """``nn.dense(flatten(layout_transform(x, S -> D)), W)`` with ``W`` a constant becomes
+    ``nn.dense(nn.batch_flatten(x), W')``, ``W'`` being ``W`` with its columns in the order
+    ``x``'s layout holds the elements (``flatten`` is ``nn.batch_flatten`` or a ``reshape`` to
+    ``(N, features)``). Each row of the flattened ``x`` in layout ``S`` holds the same features
+    as the row in layout ``D``, permuted: the dot products are the same sums in another order,
+    and the transform back to ``D`` (a gather of every element) is gone. A classifier's dense
+    layer after blocked convolutions then reads their output as it is (the DQN's 3136 x 512
+    layer, VGG-16's 25088 x 4096)."""
+
+    def __init__(self):
+        super().__init__(require_type=True)
+        self.x = wildcard()
+        self.transform = is_op("layout_transform")(self.x)
+        self.flat = is_op("nn.batch_flatten")(self.transform) | is_op("reshape")(self.transform)
+        self.weight = is_constant()
+        self.pattern = is_op("nn.dense")(self.flat, self.weight)
+
+    def callback(self, pre, post, node_map):
+        from .. import op as _op
+        flat = node_map.pre[self.flat][0]
+        transform = node_map.pre[self.transform][0]
+        x_type = getattr(node_map.pre[self.x][0], "checked_type", None)
+        flat_type = getattr(flat, "checked_type", None)
+        weight = node_map.pre[self.weight][0]
+        if not isinstance(x_type, TensorType) or not isinstance(flat_type, TensorType) or \
+                not isinstance(weight, Constant):
+            return post
+        w = weight.data
+        if w.ndim != 2 or w.shape[1] != flat_type.shape[-1]:
+            return post
+        order = _feature_order(transform, x_type, flat_type)
+        if order is None:
+            return post
+        permuted = Constant(np.ascontiguousarray(w[:, order]))
+        return _op.nn.dense(_op.nn.batch_flatten(node_map[self.x][0]), permuted,
+                            **dict(pre.attrs))
+
+
+def _feature_order(transform, x_type, flat_type):
+    """For ``layout_transform`` call ``transform`` from ``x``'s layout, followed by a flatten to
+    ``flat_type`` ``(N, F)``: the index, in the flattened transform's row, of each element of a
+    row of ``x`` flattened as it is; None when ``x`` flattened does not hold the same rows."""
+    x_shape = tuple(x_type.shape)
+    if not all(isinstance(d, int) for d in x_shape) or len(flat_type.shape) != 2 or \
+            not all(isinstance(d, int) for d in flat_type.shape):
+        return None
+    n, features = flat_type.shape
+    if not x_shape or x_shape[0] != n:
+        return None
+    src, dst = Layout(transform.attrs.src_layout), Layout(transform.attrs.dst_layout)
+    if src.is_undef or dst.is_undef:
+        return None
+    try:
+        out_shape = src.convert_shape(x_shape, dst.name)
+        index = np.arange(int(np.prod(out_shape)), dtype=np.int64).reshape(out_shape)
+        back = np.ascontiguousarray(dst.transform_array(index, src.name))
+    except ValueError:
+        return None
+    if back.shape != x_shape:
+        return None
+    rows = back.reshape(n, -1)
+    if rows.shape[1] != features or np.any(rows // features != np.arange(n)[:, None]):
+        return None
+    order = rows % features
+    if np.any(order != order[0]):
+        return None
+    return order[0]
+
+
+def fold_flatten_into_dense(mod):
+    """``mod`` with :class:`FoldFlattenIntoDense` applied to each function (the same module
+    when it does not apply)."""
+    return rewrite_each_function(
+        mod, lambda func: rewrite(FoldFlattenIntoDense(), func, mod),
+        ops=("layout_transform",))

@@ -392,6 +392,52 @@ def test_group_without_compute_runs_on_the_host(monkeypatch):
     assert "host (reference)" in graph.source("loops", graph.host_groups[0])
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_compiled_kernels_run_from_one_call(threads):
+    """A module whose kernels are all compiled runs them from one call into compiled code (a
+    Steps program); its result is the interpreter's, run after run."""
+    from relaybench.backends.llvm.spinpool import Steps
+    rng = np.random.default_rng(5)
+    x = rb.var("x", shape=(1, 8, 12, 12))
+    w1, w2 = rand(rng, 16, 8, 3, 3, scale=0.2), rand(rng, 16, 16, 3, 3, scale=0.2)
+    y = op.nn.relu(op.nn.conv2d(x, rb.const(w1), padding=(1, 1)))
+    y = op.nn.max_pool2d(op.nn.conv2d(y, rb.const(w2), padding=(1, 1)), pool_size=(2, 2),
+                         strides=(2, 2))
+    mod = rb.IRModule.from_expr(rb.Function([x], op.nn.softmax(op.nn.batch_flatten(y))))
+    graph = rb.build(mod, opt_level=3, num_threads=threads)
+    assert len(graph._calls) >= 3
+    assert len(graph._run_list) == 1 and isinstance(graph._run_list[0], Steps)
+    assert len(graph._run_list[0]) >= len(graph._calls)
+    data = rand(rng, 1, 8, 12, 12)
+    want = reference(mod, data)
+    for _ in range(20):
+        assert_agrees(graph.run(x=data), want)
+
+
+def test_a_host_kernel_splits_the_compiled_runs(monkeypatch):
+    """A host (reference) kernel between compiled ones is called from Python; the compiled
+    kernels before and after it run as programs of their own, in order."""
+    from relaybench.backends.llvm.spinpool import Steps
+    from relaybench.op.registry import get_opdef
+    monkeypatch.setattr(get_opdef("tanh"), "compute", None)
+    monkeypatch.setenv("RB_LOWERING_CACHE", "off")
+    x = rb.var("x", shape=(3, 4))
+    a = op.exp(op.nn.relu(x) * rb.const(0.5))
+    b = op.sqrt(op.tanh(op.negative(a)) + rb.const(2.0))
+    mod = rb.IRModule.from_expr(rb.Function([x], op.log(b + rb.const(1.0)) * rb.const(3.0)))
+    graph = rb.build(mod, opt_level=0, num_threads=2)
+    kinds = ["steps" if isinstance(r, Steps) else "host" if r in graph._calls and
+             graph._graph.nodes[graph._calls.index(r)].kernel.host else "call"
+             for r in graph._run_list]
+    assert kinds.count("host") == 1
+    at = kinds.index("host")
+    assert at > 0 and at < len(kinds) - 1 and "steps" in kinds[:at] and "steps" in kinds[at:]
+    arr = np.random.default_rng(4).standard_normal((3, 4)).astype("float32")
+    want = np.log(np.sqrt(np.tanh(-np.exp(np.maximum(arr, 0) * 0.5)) + 2) + 1) * 3
+    for _ in range(3):
+        np.testing.assert_allclose(graph.run(x=arr), want, rtol=RTOL, atol=ATOL)
+
+
 def test_other_compile_errors_name_the_group(monkeypatch):
     from relaybench.op.registry import get_opdef
 

@@ -166,3 +166,43 @@ def test_the_caller_does_not_wait_for_a_worker_that_has_no_core():
         np.testing.assert_array_equal(out, 1)
     finally:
         pool.shutdown()
+
+
+def test_a_steps_program_runs_direct_calls_and_jobs_in_order():
+    """Kernel calls bound on one thread (direct calls) and on three (jobs for the pool), joined
+    into one Steps program: one call from Python runs them all, each range once, in order
+    (the second kernel reads what the first wrote)."""
+    from relaybench.backends.llvm.runtime import join_native
+    from relaybench.backends.llvm.spinpool import Steps, spin_pool
+
+    kernel = _increment_kernel(23)
+    x = np.arange(23 * 16, dtype="int64").reshape(23, 16)
+    middle = np.zeros_like(x)
+    out = np.zeros_like(x)
+    calls = [kernel.bind(x, middle, num_threads=1),       # middle += x
+             kernel.bind(middle, out, num_threads=3),     # out += middle
+             kernel.bind(x, middle, num_threads=3)]       # middle += x
+    native = join_native(calls)
+    assert native is not None and native.pool is spin_pool(3)
+    assert [step[0] for step in native.steps] == [0, 1, 1]
+    program = Steps(native.steps, native.pool, native.keep)
+    for _ in range(50):
+        program()
+    # after call k (1-based), middle = 2k x; out gained 2k - 1 times x on call k
+    np.testing.assert_array_equal(middle, 100 * x)
+    np.testing.assert_array_equal(out, sum(2 * k - 1 for k in range(1, 51)) * x)
+
+
+def test_a_steps_program_refuses_steps_it_cannot_run():
+    from relaybench.backends.llvm.spinpool import MAX_ARITY, Steps
+    args = np.zeros(4, np.int64)
+    with pytest.raises(ValueError, match=f"more than {MAX_ARITY}"):
+        Steps([(0, 1234, args.ctypes.data, MAX_ARITY + 1, 0, 0)])
+    with pytest.raises(ValueError, match="no pool"):
+        Steps([(1, 1234, args.ctypes.data, 0, args.ctypes.data, 2)])
+    with pytest.raises(ValueError, match="unknown kind"):
+        Steps([(7, 1234, args.ctypes.data, 0, 0, 0)])
+    with pytest.raises(ValueError, match="null address"):
+        Steps([(0, 0, args.ctypes.data, 1, 0, 0)])
+    assert len(Steps([])) == 0
+    Steps([])()     # nothing to run

@@ -40,6 +40,7 @@ def _recording_engines(log, keys=("pytorch", "onnxruntime", "relaybench")):
 
 def test_repetitions_are_interleaved_round_robin(monkeypatch):
     monkeypatch.setattr(vision, "PAUSE_S", 0.0)
+    monkeypatch.setattr(vision, "WARMUP_S", 0.0)    # warm-up: the --warmup calls alone
     log = []
     engines = _recording_engines(log)
     result = vision.time_interleaved(engines, np.ones(3, "float32"), repeat=4, number=2, warmup=1)
@@ -60,6 +61,27 @@ def test_automatic_number_fills_a_block(monkeypatch):
     engines = _recording_engines([], keys=("pytorch",))
     result = vision.time_interleaved(engines, np.ones(3, "float32"), repeat=1, number=0, warmup=1)
     assert result["number"]["pytorch"] > 10     # a call of microseconds: many per 10 ms block
+
+
+def test_the_block_size_is_counted_after_the_warm_up(monkeypatch):
+    """An engine whose first calls are slow (page faults, cold caches) still gets blocks of
+    about AUTO_BLOCK_S: its calls are counted after a warm-up of at least WARMUP_S."""
+    import time
+    monkeypatch.setattr(vision, "PAUSE_S", 0.0)
+    monkeypatch.setattr(vision, "AUTO_BLOCK_S", 0.02)
+    monkeypatch.setattr(vision, "WARMUP_S", 0.03)
+    monkeypatch.setattr(vision, "PROBE_S", 0.01)
+    calls = []
+
+    def run(data):
+        calls.append(1)
+        time.sleep(0.01 if len(calls) <= 2 else 0.0005)   # two slow calls, then 0.5 ms
+
+    engine = vision.Engine("relaybench", "relaybench", run)
+    result = vision.time_interleaved([engine], np.ones(3, "float32"), repeat=1, number=0,
+                                     warmup=2)
+    # 20 ms of 0.5 ms calls (fewer where sleeps run long), not 2 of the first calls' 10 ms
+    assert result["number"]["relaybench"] > 4
 
 
 def test_summary_and_table():

@@ -221,6 +221,49 @@ def @main(%x: Tensor[(1, 16, 4, 4), float32], %w: Tensor[(16, 16, 1, 1), float32
     check_same_outputs(before, after)
 
 
+def _conv_flatten_dense(batch: int, flatten: str, weight_constant: bool = True):
+    """conv2d (32 channels, blocked by the pass) -> relu -> flatten -> dense; the dense
+    weights a constant (or a parameter)."""
+    rng = np.random.default_rng(batch)
+    x = rb.var("x", shape=(batch, 8, 6, 5))
+    conv = op.nn.relu(op.nn.conv2d(x, rb.const(rng.standard_normal((32, 8, 3, 3)).astype(
+        "float32")), padding=(1, 1)))
+    flat = op.nn.batch_flatten(conv) if flatten == "batch_flatten" else \
+        op.reshape(conv, newshape=(batch, -1))
+    w_value = rng.standard_normal((10, 32 * 6 * 5)).astype("float32")
+    w = rb.const(w_value) if weight_constant else rb.var("w", shape=(10, 32 * 6 * 5))
+    params = [x] if weight_constant else [x, w]
+    return rb.passes.InferType()(rb.IRModule.from_expr(
+        rb.Function(params, op.nn.dense(flat, w, units=10)))), w_value
+
+
+@pytest.mark.parametrize("batch, flatten", [(1, "batch_flatten"), (2, "batch_flatten"),
+                                            (2, "reshape")])
+def test_dense_after_a_flatten_reads_the_blocked_layout(batch, flatten):
+    """The dense layer reads the convolution's NCHW16c output flattened as it is, its constant
+    weights' columns permuted at compile time: no transform back to NCHW remains."""
+    before, w = _conv_flatten_dense(batch, flatten)
+    after = alter(before)
+    assert [c.attrs.dst_layout for c in calls(after, "layout_transform")
+            if not isinstance(c.args[0], rb.Constant)] == ["NCHW8c"]    # the input's alone
+    (dense,) = calls(after, "nn.dense")
+    (flat,) = dense.args[0].args
+    assert flat.checked_type.shape == (batch, 2, 6, 5, 16)
+    # column j of the new weights is the NCHW feature the blocked element j holds
+    c_block, h, w_, lane = np.unravel_index(np.arange(32 * 30), (2, 6, 5, 16))
+    nchw_feature = ((c_block * 16 + lane) * 6 + h) * 5 + w_
+    np.testing.assert_array_equal(dense.args[1].data, w[:, nchw_feature])
+    check_same_outputs(before, after)
+
+
+def test_dense_with_weights_not_constant_keeps_the_transform():
+    before, _ = _conv_flatten_dense(1, "batch_flatten", weight_constant=False)
+    after = alter(before)
+    assert [c.attrs.dst_layout for c in calls(after, "layout_transform")
+            if not isinstance(c.args[0], rb.Constant)] == ["NCHW8c", "NCHW"]
+    check_same_outputs(before, after)
+
+
 def test_concatenate_joins_the_outer_blocks():
     before = rb.parse(H + """
 def @main(%x: Tensor[(1, 16, 4, 4), float32], %w1: Tensor[(16, 16, 1, 1), float32],
@@ -441,19 +484,18 @@ def test_resnet18_every_conv_blocked_and_transforms_only_at_the_ends():
     assert all(re.fullmatch(r"OIHW\d+i\d+o", c.attrs["kernel_layout"]) for c in convs)
     # the stem sees the RGB image as NCHW3c; every other convolution works on 16-channel blocks
     assert sorted(c.attrs["data_layout"] for c in convs) == ["NCHW16c"] * 19 + ["NCHW3c"]
-    # Exactly two transforms remain once the weights' transforms are folded: the image into
-    # NCHW3c for the stem, and the global pool's NCHW16c output back to NCHW for batch_flatten
-    # (which reads the elements in NCHW order; dense, bias_add and softmax then work on
-    # [N, classes] with no layout). The batch-norm scales and shifts, the residual additions,
-    # the max pool and the global pool all run in NCHW16c.
-    transforms = calls(after, "layout_transform")
-    assert len(transforms) == 2
-    first, last = sorted(transforms, key=lambda t: t.attrs["src_layout"])
+    # One transform remains once the weights' transforms are folded: the image into NCHW3c for
+    # the stem. The global pool's NCHW16c output is flattened as it is for the dense layer
+    # (whose weights' columns follow the blocked order: here, 1x1 pixels, the same order).
+    # The batch-norm scales and shifts, the residual additions, the max pool and the global
+    # pool all run in NCHW16c.
+    (first,) = calls(after, "layout_transform")
     assert (first.attrs["src_layout"], first.attrs["dst_layout"]) == ("NCHW", "NCHW3c")
     assert first.args[0] is after["main"].params[0]
-    assert (last.attrs["src_layout"], last.attrs["dst_layout"]) == ("NCHW16c", "NCHW")
-    assert isinstance(last.args[0], rb.Call) and last.args[0].op.name == "nn.global_avg_pool2d"
-    assert calls(after, "nn.batch_flatten")[0].args[0] is last
+    (flat,) = calls(after, "nn.batch_flatten")
+    assert flat.args[0].op.name == "nn.global_avg_pool2d"
+    assert flat.args[0].attrs["layout"] == "NCHW16c"
+    assert calls(after, "nn.dense")[0].args[0] is flat
     (pool,) = calls(after, "nn.max_pool2d")
     assert pool.attrs["layout"] == "NCHW16c"
     data = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype("float32")
@@ -463,14 +505,14 @@ def test_resnet18_every_conv_blocked_and_transforms_only_at_the_ends():
 def test_resnet18_winograd_layers_keep_the_blocked_layout():
     # with the default rule the 3x3 stride-1 convolutions of 64 channels or more and outputs of
     # 7x7 or more (at this 32x32 input: layer1's four, 8x8) are Winograd ones on the same
-    # NCHW16c data, their weights' transforms folded: still two transforms in all
+    # NCHW16c data, their weights' transforms folded: still one transform (the image's)
     mod, params, bound = prepared("resnet18")
     with rb.PassContext(opt_level=3), rb.config.Context(RB_WINOGRAD="auto"):
         after = rb.passes.FoldConstant()(rb.passes.AlterOpLayout()(bound))
     winograd = calls(after, "nn.contrib_conv2d_winograd_without_weight_transform")
     assert len(winograd) == 4 and len(calls(after, "nn.conv2d")) == 16
     assert all(c.attrs["data_layout"] == "NCHW16c" == c.attrs["out_layout"] for c in winograd)
-    assert len(calls(after, "layout_transform")) == 2
+    assert len(calls(after, "layout_transform")) == 1
     assert not calls(after, "nn.contrib_conv2d_winograd_weight_transform")
     data = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype("float32")
     np.testing.assert_allclose(run(after, data), run(mod, data, *params.values()), rtol=1e-4,
@@ -483,7 +525,8 @@ def test_zoo_blocked_keeps_semantics(name):
     with rb.PassContext(opt_level=3):
         after = rb.passes.FoldConstant()(rb.passes.AlterOpLayout()(bound))
     assert all(re.fullmatch(r"NCHW\d+c", c.attrs["data_layout"]) for c in calls(after, "nn.conv2d"))
-    assert len(calls(after, "layout_transform")) == 2
+    # the image's transform; the classifier's dense reads the last blocked output flattened
+    assert len(calls(after, "layout_transform")) == 1
     data = np.random.default_rng(1).standard_normal((1, 3, 32, 32)).astype("float32")
     np.testing.assert_allclose(run(after, data), run(mod, data, *params.values()), rtol=1e-4, atol=1e-7)
 

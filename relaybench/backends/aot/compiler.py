@@ -70,7 +70,7 @@ ERROR_ARENA, ERROR_STACK, ERROR_FATAL = 1, 2, 3
 
 # the run's context, an int64 array the entry point is given: word -> meaning
 CTX_ARENA, CTX_ARENA_END, CTX_ERROR, CTX_ERROR_INFO, CTX_ERROR_SUBJECT, CTX_STACK_BUDGET, \
-    CTX_STACK_LIMIT, CTX_POOL_GENERATION = range(8)
+    CTX_STACK_LIMIT = range(7)
 CTX_WORDS = 8
 
 #: bytes every storage block is aligned to (the kernels' vector loads want 64)
@@ -133,7 +133,7 @@ class _Program:
         if threads > 1:
             from ..llvm.spinpool import _functions, spin_pool
             self.pool = spin_pool(threads)
-            self.pool_help = _functions()[1]     # kept: its address is in the code
+            self.pool_launch = _functions()["launch"]   # kept: its address is in the code
         self.alloc = self._emit_alloc()
 
     def constructor_number(self, con) -> int:
@@ -398,14 +398,12 @@ class _FunctionEmitter:
     def parallel_call(self, entry: int, args: list, extent: int) -> None:
         """A parallel loop over ``[0, extent)`` split across the spinning pool
         (:mod:`relaybench.backends.llvm.spinpool`), handed out from native code as
-        ``SpinPool.run`` does: the pool's job header gets the kernel's uniform entry point, the
-        argument array, the table of ranges and their count, the claim word and the generation
-        last (release stores); this thread then claims and runs ranges with the workers and
-        waits for the rest in ``rb_pool_help``. The generation counter lives in the run's
-        context (Python holds the pool's lock for the run and takes the counter back after)."""
+        ``SpinPool.run`` does: ``rb_pool_launch(header, entry, args, ranges, count)`` publishes
+        the job (the kernel's uniform entry point, the argument array, the table of ranges),
+        then this thread claims and runs ranges with the workers and waits for the rest.
+        Python holds the pool's lock for the run."""
         from ..llvm.runtime import RANGES_PER_THREAD, split_range
-        from ..llvm.spinpool import (_ARGS, _COUNT, _ENTRY, _FINISHED, _GEN, _NEXT, _TABLE,
-                                     _TAG_BITS, _TAG_MASK, MAX_RANGES)
+        from ..llvm.spinpool import MAX_RANGES, ranges_array
         p, b = self.program, self.b
         ranges = split_range(extent, min(MAX_RANGES, p.threads * RANGES_PER_THREAD))
         p64 = p.i64.as_pointer()
@@ -416,27 +414,12 @@ class _FunctionEmitter:
                 b.call(target, [self.argument_array(args), p.const(begin), p.const(end)])
             return
         array = self.argument_array(args)
-        counter = p.ctx_word(b, CTX_POOL_GENERATION)
-        gen = b.add(b.load(counter), p.const(1))
-        b.store(gen, counter)
-        header = p.pool._header_pointer
-
-        def at(word):
-            return b.inttoptr(p.const(header + 8 * word), p64)
-
-        b.store(p.const(entry), at(_ENTRY))
-        b.store(b.ptrtoint(array, p.i64), at(_ARGS))
-        for k, (begin, end) in enumerate(ranges):
-            b.store(p.const(begin), at(_TABLE + 2 * k))
-            b.store(p.const(end), at(_TABLE + 2 * k + 1))
-        b.store(p.const(len(ranges)), at(_COUNT))
-        b.store(p.const(0), at(_FINISHED))
-        tag = b.shl(b.and_(gen, p.const(_TAG_MASK)), p.const(_TAG_BITS))
-        b.store_atomic(tag, at(_NEXT), "release", 8)
-        b.store_atomic(gen, at(_GEN), "release", 8)
-        help_type = p.ir.FunctionType(p.ir.VoidType(), [p64, p.i64])
-        help_ = b.inttoptr(p.const(_function_address(p.pool_help)), help_type.as_pointer())
-        b.call(help_, [b.inttoptr(p.const(header), p64), gen])
+        table = p.keep_array(ranges_array(ranges))
+        launch_type = p.ir.FunctionType(p.ir.VoidType(), [p64] + [p.i64] * 4)
+        launch = b.inttoptr(p.const(_function_address(p.pool_launch)), launch_type.as_pointer())
+        b.call(launch, [b.inttoptr(p.const(p.pool.header_address), p64), p.const(entry),
+                        b.ptrtoint(array, p.i64), p.const(table.ctypes.data),
+                        p.const(len(ranges))])
 
     def argument_array(self, args: list):
         """An ``i64`` array in this frame holding ``args`` (a kernel entry point's argument)."""

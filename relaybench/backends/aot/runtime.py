@@ -291,7 +291,7 @@ class AotModule:
 
     def _native(self, program, entry, inputs, budget: int) -> int:
         """The one call into native code. A program whose kernels use the spinning pool holds
-        the pool's lock for the whole run and gives the generation counter back after."""
+        the pool's lock for the whole run."""
         ctx = self._ctx
         ctx[:] = 0
         ctx[C.CTX_ARENA] = self._arena_at
@@ -300,12 +300,8 @@ class AotModule:
         pool = program.pool
         if pool is None:
             return entry(self._ctx_at, inputs.args_at)
-        with pool._lock:
-            ctx[C.CTX_POOL_GENERATION] = pool._generation
-            try:
-                return entry(self._ctx_at, inputs.args_at)
-            finally:
-                pool._generation = int(ctx[C.CTX_POOL_GENERATION])
+        with pool.lock:
+            return entry(self._ctx_at, inputs.args_at)
 
     def _on_big_stack(self, program, entry, inputs, stack: int) -> int:
         """The run on a thread whose stack is ``stack`` bytes."""

@@ -278,31 +278,69 @@ RANGES_PER_THREAD = 2
 """Ranges a parallel kernel on the spinning pool is cut into, per thread."""
 
 
+@dataclass(frozen=True)
+class NativeCall:
+    """What a bound call does, as steps of a :class:`.spinpool.Steps` program: the graph
+    executor runs a sequence of bound calls that all have one in a single call into compiled
+    code. ``steps`` are ``(kind, address, args, arity, ranges, count)``; ``pool`` the spinning
+    pool their jobs go to (None when they have none); ``keep`` what their addresses point into."""
+
+    steps: tuple
+    pool: object = None
+    keep: tuple = ()
+
+
+def _function_address(function) -> int:
+    return ctypes.cast(function, ctypes.c_void_p).value
+
+
+def _direct(function, values: tuple) -> NativeCall | None:
+    """The step calling ``function(*values)`` directly, when every value is an integer (a
+    pointer or an integer scalar: passed in the same registers as ``int64``) and there are
+    not too many."""
+    from .spinpool import MAX_ARITY, STEP_DIRECT
+    if len(values) > MAX_ARITY or not all(isinstance(v, int) for v in values):
+        return None
+    array = np.array(values, dtype=np.int64)
+    return NativeCall(((STEP_DIRECT, _function_address(function), array.ctypes.data,
+                        len(values), 0, 0),), None, (array, function))
+
+
 def _launcher(function, values: tuple, parallel_extent: int | None, threads: int,
               keep=(), entry: int | None = None) -> Callable[[], None]:
     """A function of no arguments that calls ``function`` on ``values`` (over
     ``[0, parallel_extent)`` across ``threads`` threads when it is given); it holds on to
     ``keep`` (the arrays whose pointers are in ``values``). With ``entry``, the address of the
-    kernel's uniform entry point, the ranges go to the spinning pool (:mod:`.spinpool`)."""
+    kernel's uniform entry point, the ranges go to the spinning pool (:mod:`.spinpool`).
+    Its ``native`` attribute is the :class:`NativeCall` doing the same (None if there is none)."""
+    def made(launch, native):
+        launch.native = native if native is None else \
+            NativeCall(native.steps, native.pool, native.keep + (keep,))
+        return launch
+
     if parallel_extent is None:
-        return lambda keep=keep: function(*values)
+        return made(lambda keep=keep: function(*values), _direct(function, values))
     ranges = split_range(parallel_extent, threads)
     if not ranges:
-        return lambda keep=keep: None
+        return made(lambda keep=keep: None, NativeCall(()))
     if len(ranges) == 1:
-        return lambda keep=keep: function(*values, 0, parallel_extent)
+        return made(lambda keep=keep: function(*values, 0, parallel_extent),
+                    _direct(function, values + (0, parallel_extent)))
     if entry is not None and all(isinstance(v, int) for v in values):
-        from .spinpool import MAX_RANGES, spin_pool
+        from .spinpool import MAX_RANGES, STEP_POOL, ranges_array, spin_pool
         spinning = spin_pool(threads)
         # the threads claim ranges as they come (see spinpool): with a few per thread, a
         # worker that arrives late still takes its part of what is left
-        ranges = split_range(parallel_extent, min(MAX_RANGES, threads * RANGES_PER_THREAD))
+        table = ranges_array(split_range(parallel_extent,
+                                         min(MAX_RANGES, threads * RANGES_PER_THREAD)))
         pointers = np.array(values, dtype=np.int64)
         address = pointers.ctypes.data
 
         def launch_spinning(keep=(keep, pointers, function)):  # function: keeps the code
-            spinning.run(entry, address, ranges)
-        return launch_spinning
+            spinning.run(entry, address, table)
+        return made(launch_spinning, NativeCall(
+            ((STEP_POOL, entry, address, 0, table.ctypes.data, table.size // 2),), spinning,
+            (pointers, table, function)))
 
     pool = thread_pool(threads)
 
@@ -311,7 +349,22 @@ def _launcher(function, values: tuple, parallel_extent: int | None, threads: int
 
     def launch(keep=keep):
         pool.run(body, ranges)
-    return launch
+    return made(launch, None)
+
+
+def join_native(calls) -> NativeCall | None:
+    """One :class:`NativeCall` doing what ``calls`` (bound calls) do in turn, or None when
+    one of them has none or they use different pools."""
+    steps, keep, pool = [], [], None
+    for call in calls:
+        native = getattr(call, "native", None)
+        if native is None or (native.pool is not None and pool is not None
+                              and native.pool is not pool):
+            return None
+        pool = pool or native.pool
+        steps.extend(native.steps)
+        keep.append(native.keep)
+    return NativeCall(tuple(steps), pool, tuple(keep))
 
 
 def aligned_empty(shape, dtype, alignment: int = 64) -> np.ndarray:
@@ -448,6 +501,9 @@ class PhasedKernel:
         def run_phases(keep=(args, self.temporaries)):
             for launch in launches:
                 launch()
+        native = join_native(launches)
+        run_phases.native = native if native is None else \
+            NativeCall(native.steps, native.pool, native.keep + ((args, self.temporaries),))
         return run_phases
 
     def __call__(self, *args, num_threads: int | None = None) -> None:
