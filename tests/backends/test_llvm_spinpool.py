@@ -194,15 +194,44 @@ def test_a_steps_program_runs_direct_calls_and_jobs_in_order():
 
 
 def test_a_steps_program_refuses_steps_it_cannot_run():
-    from relaybench.backends.llvm.spinpool import MAX_ARITY, Steps
+    from relaybench.backends.llvm.spinpool import MAX_ARITY, Steps, direct_step
     args = np.zeros(4, np.int64)
+    with pytest.raises(ValueError, match="a direct step passes 6, 12, 24, 48"):
+        Steps([(0, 1234, args.ctypes.data, 5, 0, 0)])
     with pytest.raises(ValueError, match=f"more than {MAX_ARITY}"):
-        Steps([(0, 1234, args.ctypes.data, MAX_ARITY + 1, 0, 0)])
+        direct_step(1234, range(MAX_ARITY + 1))
     with pytest.raises(ValueError, match="no pool"):
         Steps([(1, 1234, args.ctypes.data, 0, args.ctypes.data, 2)])
     with pytest.raises(ValueError, match="unknown kind"):
         Steps([(7, 1234, args.ctypes.data, 0, 0, 0)])
     with pytest.raises(ValueError, match="null address"):
-        Steps([(0, 0, args.ctypes.data, 1, 0, 0)])
+        Steps([(0, 0, args.ctypes.data, 6, 0, 0)])
     assert len(Steps([])) == 0
     Steps([])()     # nothing to run
+
+
+@pytest.mark.parametrize("inputs", [3, 9, 20])
+def test_direct_steps_pass_arguments_in_registers_and_on_the_stack(inputs):
+    """A kernel of ``inputs + 1`` pointers called by a Steps program: the arguments beyond the
+    six that travel in registers are read from the stack, the padding past the last one is
+    never read; the sum is numpy's."""
+    from relaybench.backends.llvm.runtime import join_native
+    from relaybench.backends.llvm.spinpool import Steps, direct_step
+    xs = [te.placeholder((5, 7), name=f"x{k}") for k in range(inputs)]
+
+    def total(i, j):
+        acc = xs[0][i, j]
+        for k, x in enumerate(xs[1:], start=2):
+            acc = acc + x[i, j] * float(k)
+        return acc
+    out = te.compute((5, 7), total, name="out")
+    kernel = build_kernel(te.lower(te.create_schedule(out), xs, name=f"sum{inputs}"))
+    rng = np.random.default_rng(inputs)
+    arrays = [rng.standard_normal((5, 7)).astype("float32") for _ in xs]
+    result = np.zeros((5, 7), "float32")
+    native = join_native([kernel.bind(*arrays, result, num_threads=1)])
+    (step,) = native.steps
+    assert step[3] == direct_step(1, range(inputs + 1))[0][3] >= inputs + 1
+    Steps(native.steps, native.pool, native.keep)()
+    want = arrays[0] + sum(a * float(k) for k, a in enumerate(arrays[1:], start=2))
+    np.testing.assert_allclose(result, want, rtol=1e-5, atol=1e-5)

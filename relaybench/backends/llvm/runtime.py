@@ -298,12 +298,11 @@ def _direct(function, values: tuple) -> NativeCall | None:
     """The step calling ``function(*values)`` directly, when every value is an integer (a
     pointer or an integer scalar: passed in the same registers as ``int64``) and there are
     not too many."""
-    from .spinpool import MAX_ARITY, STEP_DIRECT
+    from .spinpool import MAX_ARITY, direct_step
     if len(values) > MAX_ARITY or not all(isinstance(v, int) for v in values):
         return None
-    array = np.array(values, dtype=np.int64)
-    return NativeCall(((STEP_DIRECT, _function_address(function), array.ctypes.data,
-                        len(values), 0, 0),), None, (array, function))
+    step, array = direct_step(_function_address(function), values)
+    return NativeCall((step,), None, (array, function))
 
 
 def _launcher(function, values: tuple, parallel_extent: int | None, threads: int,

@@ -41,7 +41,8 @@ word, ``(job tag << 32) | next range``; word 16 the ranges finished.
 
 A :class:`Steps` program is a table of kernel calls run by one call into compiled code
 (``rb_run_steps``): a direct call of a function with up to :data:`MAX_ARITY` ``int64``
-arguments, or a job for the pool. The graph executor runs its compiled kernels that way: a
+arguments (passed in a few fixed counts, so the runner has four call sites, not one per
+count), or a job for the pool. The graph executor runs its compiled kernels that way: a
 small model's run is tens of kernel calls, each of which cost 1-4 microseconds in Python and
 ctypes (the DQN at two threads, seven kernels and six jobs: 0.148 ms a run through Python,
 0.128 ms as one program, medians of 9,000 runs alternating in one process).
@@ -55,7 +56,7 @@ import threading
 
 import numpy as np
 
-__all__ = ["SpinPool", "Steps", "spin_pool", "ranges_array"]
+__all__ = ["SpinPool", "Steps", "spin_pool", "ranges_array", "direct_step"]
 
 SPIN_SECONDS = 0.005
 """How long a worker spins without work before it starts napping (and a waiter before it
@@ -78,7 +79,10 @@ STEP_WORDS = 8
 """Words of one step of a :class:`Steps` program: kind, address, argument array, arity,
 ranges, number of ranges, two unused."""
 STEP_DIRECT, STEP_POOL = 0, 1
-MAX_ARITY = 48
+ARITY_BUCKETS = (6, 12, 24, 48)
+"""The argument counts a direct step passes: a function of ``n`` arguments gets the first
+bucket of at least ``n`` (see :func:`direct_step`)."""
+MAX_ARITY = ARITY_BUCKETS[-1]
 """The most arguments of a function a step calls directly."""
 
 _compiled = None
@@ -250,9 +254,13 @@ def _module():
                        b.load(word(b, step, 5))])
     b.branch(next_)
     b.position_at_end(direct)
+    # a function of n int64 arguments is called with `arity` of them, the bucket of n (its
+    # array is padded with zeros): under the x86-64 calling convention the first six travel in
+    # registers and the rest on the caller's stack, which the caller clears, so arguments past
+    # those a function reads are never looked at. One call site per bucket keeps this small.
     array = b.inttoptr(args_at, p64)
     switch = b.switch(arity, bad)
-    for n in range(MAX_ARITY + 1):
+    for n in ARITY_BUCKETS:
         case = fn.append_basic_block(f"arity{n}")
         switch.add_case(const(n), case)
         b.position_at_end(case)
@@ -285,13 +293,21 @@ def _module():
     return module
 
 
+def _source_digest() -> str:
+    import hashlib
+    from pathlib import Path
+    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
+
+
 def _functions():
     """The compiled functions of the pool (compiled once per process)."""
     global _compiled
     with _compile_lock:
         if _compiled is None:
             from .jit import compile_module
-            compiled = compile_module(_module(), name="rb_spin_pool")
+            # keyed by this file's text: a process that finds the code cached makes no IR
+            compiled = compile_module(_module, key=f"rb_spin_pool\n{_source_digest()}",
+                                      name="rb_spin_pool")
             _compiled = {
                 "module": compiled,
                 "worker": compiled.function("rb_pool_worker", [ctypes.c_void_p]),
@@ -328,6 +344,19 @@ def ranges_array(ranges) -> np.ndarray:
     if len(ranges) > MAX_RANGES:
         raise ValueError(f"{len(ranges)} ranges, more than {MAX_RANGES}")
     return np.array([v for pair in ranges for v in pair], dtype=np.int64)
+
+
+def direct_step(address: int, values) -> tuple:
+    """``(step, args array)``: a :class:`Steps` step calling the function at ``address`` with
+    ``values`` (integers: pointers, integer scalars), and the argument array it reads, padded
+    with zeros to the arity bucket (keep it alive as long as the step)."""
+    values = tuple(values)
+    if len(values) > MAX_ARITY:
+        raise ValueError(f"{len(values)} arguments, more than {MAX_ARITY}")
+    bucket = next(n for n in ARITY_BUCKETS if n >= len(values))
+    array = np.zeros(bucket, dtype=np.int64)
+    array[:len(values)] = values
+    return (STEP_DIRECT, address, array.ctypes.data, bucket, 0, 0), array
 
 
 class SpinPool:
@@ -402,7 +431,7 @@ class Steps:
     graph of small kernels does not pay Python's and ctypes' few microseconds per call.
 
     Each step is a direct call, ``function(*args)`` of at most :data:`MAX_ARITY` ``int64``
-    arguments (pointers, integers), or a job for ``pool``, ``entry(args, begin, end)`` over a
+    arguments (pointers, integers; made by :func:`direct_step`), or a job for ``pool``, ``entry(args, begin, end)`` over a
     table of ranges (see :meth:`SpinPool.run`). ``keep`` holds what the addresses point into.
     """
 
@@ -414,8 +443,10 @@ class Steps:
                                  f"expected, got {step!r}")
             kind, address, args, arity, ranges, count = step
             if kind == STEP_DIRECT:
-                if not 0 <= arity <= MAX_ARITY:
-                    raise ValueError(f"step {k}: {arity} arguments, more than {MAX_ARITY}")
+                if arity not in ARITY_BUCKETS:
+                    raise ValueError(f"step {k}: {arity} arguments; a direct step passes "
+                                     f"{', '.join(map(str, ARITY_BUCKETS))} (at most "
+                                     f"{MAX_ARITY}: see direct_step)")
             elif kind == STEP_POOL:
                 if pool is None:
                     raise ValueError(f"step {k}: a job for the pool, and no pool given")
