@@ -35,7 +35,12 @@ against the machine's FMA peak and sgemm rate measured in the same run (``bench/
 every dense layer's weight bytes per second against the memory bandwidth measured in the same
 run (:func:`memory_bandwidth`); the load average is noted beside each table.
 
-Prints the load average at the start and the end (compare only runs on an idle machine), and
+Before and after each timing at two threads or more, the round trip of a cache line between
+two threads is measured (``bench/peak.py``'s ``handoff_ns``) and printed under the table: on a
+virtual machine the host may run the two cores on different chiplets for seconds at a time,
+where every hand-out and every value one thread writes for the other costs five times as much
+(hundreds of ns), and the small models' two-thread figures are slower there. Prints the load
+average at the start and the end (compare only runs on an idle machine), and
 writes every raw timing to ``OUT/vision-<time>.json``. Needs the bench extra:
 ``pip install -e '.[bench]'``.
 """
@@ -480,6 +485,12 @@ def table(rows) -> str:
             ok = ort is not None and res is not None and res["label"] == label
             cells.append(f"{res['median_s'] / ort['median_s']:.2f}" if ok else "")
         lines.append("| " + " | ".join(cells) + " |")
+    handoffs = [f"{row['label']} {row['threads']} threads {row['handoff_ns'][0]:.0f} / "
+                f"{row['handoff_ns'][1]:.0f} ns" for row in rows if row.get("handoff_ns")]
+    if handoffs:
+        lines += ["", "Round trip of a cache line between two threads before / after each "
+                  "multi-thread timing (`peak.handoff_ns`; hundreds of ns: the host ran the "
+                  "two cores far apart): " + "; ".join(handoffs) + "."]
     return "\n".join(lines)
 
 
@@ -488,6 +499,7 @@ def table(rows) -> str:
 def run_model(tm, name: str, threads_list, repeat: int, number: int, warmup: int, workdir: Path,
               tuning_log=None) -> list:
     import relaybench as rb
+    from peak import handoff_ns   # bench/peak.py
     label, shape, kwargs = MODELS[name]
     print(f"{label}: building the models", flush=True)
     mod, params = getattr(rb.models, name)(batch_size=shape[0], image_shape=shape[1:], **kwargs)
@@ -502,9 +514,14 @@ def run_model(tm, name: str, threads_list, repeat: int, number: int, warmup: int
         if tuning_log:
             engines.append(relaybench_engine(mod, params, threads, tuning_log))
         diffs = check_agreement(engines, data)
+        handoff = [handoff_ns()] if threads > 1 else []
         timed = time_interleaved(engines, data, repeat, number, warmup)
+        if handoff:
+            handoff.append(handoff_ns())
         row = {"model": name, "label": label, "threads": threads, "input_shape": list(shape),
                "engines": {}, "load": _load()}
+        if handoff:
+            row["handoff_ns"] = handoff
         for e in engines:
             row["engines"][e.key] = dict(label=e.label, setup_s=e.setup_s,
                                          max_abs_diff_vs_pytorch=diffs[e.key],
@@ -530,7 +547,9 @@ def run_model(tm, name: str, threads_list, repeat: int, number: int, warmup: int
                 row["kernels_tuned"] = kernel_profile(tuned_lib, data, fma, sgemm)
         rows.append(row)
         medians = ", ".join(f"{e.label} {row['engines'][e.key]['median_s'] * 1e3:.2f} ms" for e in engines)
-        print(f"  {threads} thread(s): {medians}", flush=True)
+        print(f"  {threads} thread(s): {medians}" + (
+            f" (handoff {handoff[0]:.0f} / {handoff[1]:.0f} ns before / after)" if handoff
+            else ""), flush=True)
     return rows
 
 

@@ -102,6 +102,24 @@ def test_summary_and_table():
     cells = [c.strip() for c in line.strip("|").split("|")]
     assert cells == ["DQN", "2", "4.00 ±10%", "2.00 ±10%", "8.00 ±10%", "2.00x", "0.50x", "4.00"]
     assert "relaybench (interpreter) time / ONNX Runtime's" in head
+    rows[0]["handoff_ns"] = [72.4, 451.0]
+    note = vision.table(rows).splitlines()[-1]
+    assert "DQN 2 threads 72 / 451 ns" in note and note.startswith("Round trip")
+
+
+def test_the_handoff_between_two_threads_is_a_round_trip_in_nanoseconds():
+    """Two threads hand a counter back and forth: a round trip takes more than a nanosecond
+    and less than a millisecond on any host with two cores (not a speed check: on one core
+    the probe declines)."""
+    import math
+    import os
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    import peak
+    value = peak.handoff_ns(rounds=200, repeat=1)     # few: the other tests share the cores
+    if len(os.sched_getaffinity(0)) < 2:
+        assert math.isnan(value)
+    else:
+        assert 1.0 < value < 1e6
 
 
 def test_layer_tables_set_convolutions_against_the_peak_and_dense_against_memory():
