@@ -145,7 +145,9 @@ print(timer.summary())
 """)
 md("""
 Layout alteration changed every convolution to the blocked `NCHW{c}c` layout that vectorizes well on
-a CPU, with layout transforms only where the network enters and leaves that layout:
+a CPU, with a layout transform where the network enters that layout (the dense layer at the end
+reads the blocked features flattened as they are, its weights' columns reordered at compile
+time):
 """)
 code("""
 convs = [n for n in rb.ir.post_order(fused["main"]) if isinstance(n, rb.Call) and isinstance(n.op, rb.Op) and n.op.name == "nn.conv2d"]

@@ -51,9 +51,11 @@ print("\\n".join(change.text.splitlines()[:40]))
 """)
 md("""
 Every convolution now works on blocked tensors: the stem reads `NCHW3c` (its 3 input channels are
-one block) and writes `NCHW16c`; every other convolution reads and writes `NCHW16c`. Only two
-`layout_transform`s of the data remain after `FoldConstant`: the image on the way in, and the
-features on the way out to `batch_flatten` and the dense layer, which keep their layouts.
+one block) and writes `NCHW16c`; every other convolution reads and writes `NCHW16c`. Only one
+`layout_transform` of the data remains after `FoldConstant`: the image on the way in. On the way
+out, the dense layer reads the global pool's `NCHW16c` output flattened as it is: the pass put
+its constant weights' columns in that order at compile time (`FoldFlattenIntoDense`), so no
+transform back to `NCHW` is left.
 """)
 code("""
 def conv_layouts(mod):
@@ -78,7 +80,7 @@ md("""
 code("""
 graph = rb.viz.to_dot(optimized)
 source = graph.source
-source.count("layout_transform") >= 2, source.count("cluster_") == len(rb.passes.fuse_ops.fused_groups(optimized))
+source.count("layout_transform") >= 1, source.count("cluster_") == len(rb.passes.fuse_ops.fused_groups(optimized))
 """, check=True)
 code("""
 graph
