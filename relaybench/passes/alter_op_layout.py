@@ -235,6 +235,8 @@ def winograd_tile(attrs, data, weight, out_type, ic: int, oc: int,
     took 0.3-0.7x the direct kernel's time on every ResNet-18 and VGG-16 layer (ResNet-18's
     64 -> 64 at 56x56: 0.64 ms against 2.01 ms), and also on smaller ones down to 16 channels
     and 7x7 outputs, where the gain is small against its compile time; F(2x2) fell in between.
+    Measured one layer at a time, its weights stayed in the cache; in the network they do not,
+    and outputs below 28x28 with large weights take F(2x2) (:data:`WINOGRAD_F4_MAX_WEIGHT_BYTES`).
 
     >>> attrs = {"kernel_size": (3, 3), "strides": (1, 1), "dilation": (1, 1), "groups": 1}
     >>> from relaybench.ir.types import TensorType
@@ -244,6 +246,9 @@ def winograd_tile(attrs, data, weight, out_type, ic: int, oc: int,
     >>> x, w = TensorType((1, 32, 56, 56), "float32"), TensorType((32, 32, 3, 3), "float32")
     >>> winograd_tile(attrs, x, w, TensorType((1, 32, 56, 56), "float32"), 16, 16)
     0
+    >>> x, w = TensorType((1, 512, 7, 7), "float32"), TensorType((512, 512, 3, 3), "float32")
+    >>> winograd_tile(attrs, x, w, TensorType((1, 512, 7, 7), "float32"), 16, 16)
+    2
     """
     mode = winograd_mode()
     if mode == "off":
@@ -258,8 +263,12 @@ def winograd_tile(attrs, data, weight, out_type, ic: int, oc: int,
         return int(mode)
     if mode == "on":
         return 4 if min(oh, ow) >= 8 else 2
-    if constant_weight and min(int(data.shape[1]), int(out_type.shape[1])) \
-            >= WINOGRAD_MIN_CHANNELS and min(oh, ow) >= WINOGRAD_MIN_SIZE:
+    in_channels, out_channels = int(data.shape[1]), int(out_type.shape[1])
+    if constant_weight and min(in_channels, out_channels) >= WINOGRAD_MIN_CHANNELS \
+            and min(oh, ow) >= WINOGRAD_MIN_SIZE:
+        if min(oh, ow) < WINOGRAD_F4_MIN_SIZE and \
+                36 * in_channels * out_channels * 4 > WINOGRAD_F4_MAX_WEIGHT_BYTES:
+            return 2
         return 4
     return 0
 
@@ -271,6 +280,18 @@ compile)."""
 
 WINOGRAD_MIN_SIZE = 7
 """``RB_WINOGRAD=auto``: the smallest output height and width for which Winograd is taken."""
+
+WINOGRAD_F4_MIN_SIZE = 28
+WINOGRAD_F4_MAX_WEIGHT_BYTES = 4 << 20
+"""``RB_WINOGRAD=auto``: below an output of :data:`WINOGRAD_F4_MIN_SIZE` rows and columns,
+F(2x2, 3x3) where F(4x4)'s transformed weights (36 values per input and output channel, 4x
+the direct kernel's) would exceed this many bytes. Few output tiles use each weight few times
+(a 7x7 output has 4 tiles of 4x4), and in the network those weights come from memory on every
+run: ResNet-18's 512-channel 7x7 layers have 38 MB each, more than the 32 MB last-level cache
+of the AMD EPYC measured. There, ResNet-18 in one process, the two rules alternating: one
+thread 25.7 -> 23.9 ms (the 7x7 layers 2.75-2.89 -> 2.13-2.14 ms a call), two threads 16.7 ->
+15.0 ms; VGG-16's 14x14 layers 2.94 -> 2.83 ms a call. The DQN's 64-channel 7x7 layer (0.6 MB
+of weights) keeps F(4x4)."""
 
 
 def _winograd_call(inputs, attrs, tile: int, ic: int, oc: int):
