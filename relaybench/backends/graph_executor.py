@@ -741,7 +741,9 @@ class GraphModule:
     def profile(self, number: int = 10, warmup: int = 1, **inputs) -> Profile:
         """Time every kernel call ``number`` times; one row per distinct fused group, in the order
         groups first run: ops, pattern, schedule rule, calls per run, median ms per call, ms per
-        run, share of the total, GFLOP/s (when the anchor op counts flops). A group on the
+        run, share of the total, GFLOP/s (when the anchor op counts flops). Each kernel is
+        called from Python here, so its time includes that call's microsecond or so, which a
+        run (one call into compiled code for all of them) does not pay. A group on the
         simulated accelerator (rule ``accel ...``) counts the time its simulated cycles take at
         the design's clock, the host's time spent simulating it does not."""
         if number < 1:
