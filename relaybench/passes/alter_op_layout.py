@@ -57,7 +57,8 @@ NCHW)), W)`` with constant weights (a classifier after blocked convolutions) bec
 per row in another order, so ``W``'s columns are put in that order once, at compile time, and
 the transform back to NCHW, a gather of every element, is gone (:class:`FoldFlattenIntoDense`;
 the DQN's 3136 features: 8 us -> a 1 us copy). A ``reshape`` to ``(N, features)`` is matched
-too; weights that are not a constant keep the transform.
+too; weights that are not a constant, or larger than ``FOLD_FLATTEN_MAX_BYTES`` (64 MB), keep
+the transform.
 
 **Block sizes.** ``x`` is the largest divisor of the input channels not above ``max_block`` and
 ``y`` the largest divisor of the output channels not above it (``max_block``, the pass's option
@@ -354,6 +355,10 @@ def AlterOpLayout(mod, ctx, *, max_block: int = 16):
     return fold_flatten_into_dense(out)
 
 
+FOLD_FLATTEN_MAX_BYTES = 64 << 20
+"""The largest dense weights :class:`FoldFlattenIntoDense` permutes."""
+
+
 class FoldFlattenIntoDense(DFPatternCallback):
     """``nn.dense(flatten(layout_transform(x, S -> D)), W)`` with ``W`` a constant becomes
     ``nn.dense(nn.batch_flatten(x), W')``, ``W'`` being ``W`` with its columns in the order
@@ -362,7 +367,13 @@ class FoldFlattenIntoDense(DFPatternCallback):
     as the row in layout ``D``, permuted: the dot products are the same sums in another order,
     and the transform back to ``D`` (a gather of every element) is gone. A classifier's dense
     layer after blocked convolutions then reads their output as it is (the DQN's 3136 x 512
-    layer, VGG-16's 25088 x 4096)."""
+    layer, ResNet-18's and MobileNet V2's after their global pool).
+
+    Weights over :data:`FOLD_FLATTEN_MAX_BYTES` keep the transform: permuting them is a copy
+    of all of them at every build that runs the passes (VGG-16's first dense layer, 411 MB:
+    about 1 s on the 2-core virtual machine measured, where a fresh array fills at
+    0.4 GB/s), to save a transform of the activations (25,088 floats there, about 50 us of a
+    run of 85-150 ms)."""
 
     def __init__(self):
         super().__init__(require_type=True)
@@ -383,20 +394,42 @@ class FoldFlattenIntoDense(DFPatternCallback):
                 not isinstance(weight, Constant):
             return post
         w = weight.data
-        if w.ndim != 2 or w.shape[1] != flat_type.shape[-1]:
+        if w.ndim != 2 or w.shape[1] != flat_type.shape[-1] or \
+                w.nbytes > FOLD_FLATTEN_MAX_BYTES:
             return post
-        order = _feature_order(transform, x_type, flat_type)
-        if order is None:
+        found = _feature_order(transform, x_type, flat_type)
+        if found is None:
             return post
-        permuted = Constant(np.ascontiguousarray(w[:, order]))
+        permuted = Constant.adopt(_permuted_columns(w, transform, *found))
         return _op.nn.dense(_op.nn.batch_flatten(node_map[self.x][0]), permuted,
                             **dict(pre.attrs))
+
+
+def _permuted_columns(w, transform, order, out_shape):
+    """``w[:, order]`` in an array of its own: each row of ``w`` (a tensor in the transform's
+    destination layout, flattened) put in the source layout by the same transform, a copy of
+    large strides rather than a gather; checked against ``order`` on the first row. Weights
+    of a classifier can be hundreds of MB (VGG-16's first dense layer: 411 MB), and a fresh
+    array of that size is slow to fill on a virtual machine: one is made, no more."""
+    src, dst = Layout(transform.attrs.src_layout), Layout(transform.attrs.dst_layout)
+    rows = w.shape[0]
+    try:
+        moved = dst.transform_array(w.reshape((rows,) + tuple(out_shape[1:])), src.name)
+    except ValueError:
+        moved = None
+    if moved is not None and moved.size == w.size:
+        out = np.empty(w.shape, w.dtype)
+        out.reshape(moved.shape)[...] = moved
+        if np.array_equal(out[0], w[0, order]):
+            return out
+    return np.take(w, order, axis=1)
 
 
 def _feature_order(transform, x_type, flat_type):
     """For ``layout_transform`` call ``transform`` from ``x``'s layout, followed by a flatten to
     ``flat_type`` ``(N, F)``: the index, in the flattened transform's row, of each element of a
-    row of ``x`` flattened as it is; None when ``x`` flattened does not hold the same rows."""
+    row of ``x`` flattened as it is, and the transform's output shape; None when ``x``
+    flattened does not hold the same rows."""
     x_shape = tuple(x_type.shape)
     if not all(isinstance(d, int) for d in x_shape) or len(flat_type.shape) != 2 or \
             not all(isinstance(d, int) for d in flat_type.shape):
@@ -421,7 +454,7 @@ def _feature_order(transform, x_type, flat_type):
     order = rows % features
     if np.any(order != order[0]):
         return None
-    return order[0]
+    return order[0], out_shape
 
 
 def fold_flatten_into_dense(mod):

@@ -256,6 +256,15 @@ def test_dense_after_a_flatten_reads_the_blocked_layout(batch, flatten):
     check_same_outputs(before, after)
 
 
+def test_dense_with_weights_over_the_limit_keeps_the_transform(monkeypatch):
+    monkeypatch.setattr(alter_op_layout, "FOLD_FLATTEN_MAX_BYTES", 10 * 960 * 4 - 1)
+    before, _ = _conv_flatten_dense(1, "batch_flatten")
+    after = alter(before)
+    assert [c.attrs.dst_layout for c in calls(after, "layout_transform")
+            if not isinstance(c.args[0], rb.Constant)] == ["NCHW8c", "NCHW"]
+    check_same_outputs(before, after)
+
+
 def test_dense_with_weights_not_constant_keeps_the_transform():
     before, _ = _conv_flatten_dense(1, "batch_flatten", weight_constant=False)
     after = alter(before)
