@@ -235,3 +235,30 @@ def test_direct_steps_pass_arguments_in_registers_and_on_the_stack(inputs):
     Steps(native.steps, native.pool, native.keep)()
     want = arrays[0] + sum(a * float(k) for k, a in enumerate(arrays[1:], start=2))
     np.testing.assert_allclose(result, want, rtol=1e-5, atol=1e-5)
+
+
+def test_back_to_back_jobs_of_different_sizes_run_each_range_once():
+    """Jobs launched one right after another from compiled code (a Steps program), each with
+    another number of ranges: a worker that finishes the last range of one job and looks for
+    more while the next is being published must not claim a range of the next one with the
+    first one's tag (the count it compares with travels in the claim word). Every output is
+    an exact multiple of its input, so a range run twice or never shows."""
+    from relaybench.backends.llvm.runtime import join_native
+    from relaybench.backends.llvm.spinpool import Steps, spin_pool
+
+    kernels = {n: _increment_kernel(n) for n in (3, 7, 12, 40)}
+    pool = spin_pool(3)
+    cases, calls = [], []
+    for n, kernel in list(kernels.items()) * 3:
+        x = np.arange(n * 16, dtype="int64").reshape(n, 16) + 1
+        out = np.zeros_like(x)
+        cases.append((x, out))
+        calls.append(kernel.bind(x, out, num_threads=3))
+    native = join_native(calls)
+    assert native is not None and native.pool is pool
+    assert sorted({step[5] for step in native.steps}) == [3, 6]    # 2 ranges a thread, or n
+    program = Steps(native.steps, native.pool, native.keep)
+    for _ in range(400):
+        program()
+    for x, out in cases:
+        np.testing.assert_array_equal(out, 400 * x)

@@ -37,7 +37,8 @@ Header words: 0 generation (the workers wake when it changes; the launcher, one 
 under the pool's lock, sets it to its old value plus one), 1 entry address, 2 argument array
 address, 3 number of ranges, 4 stop flag, 5 the spin limit (``pause`` instructions before
 napping), 6 the address of the ranges' table (``int64`` pairs begin, end); word 8 the claim
-word, ``(job tag << 32) | next range``; word 16 the ranges finished.
+word, ``(job tag << 32) | (number of ranges << 16) | next range``; word 16 the ranges
+finished.
 
 A :class:`Steps` program is a table of kernel calls run by one call into compiled code
 (``rb_run_steps``): a direct call of a function with up to :data:`MAX_ARITY` ``int64``
@@ -72,7 +73,7 @@ _WORDS = 24
 MAX_RANGES = 64
 """The most ranges one :meth:`SpinPool.run` hands out."""
 _TAG_BITS = 32
-_INDEX_MASK = (1 << _TAG_BITS) - 1
+_INDEX_MASK = (1 << 16) - 1     # the claim word: tag << 32 | count << 16 | next index
 _TAG_MASK = (1 << 31) - 1   # the tag shifted up stays a positive int64
 
 STEP_WORDS = 8
@@ -109,10 +110,12 @@ def _module():
         return b.gep(base, [index if isinstance(index, ir.Value) else const(index)])
 
     # ---- void rb_pool_claim(i64 *header, i64 gen): run ranges of job `gen` while any is left
-    # A range is claimed by a compare-and-swap of the claim word, (job tag << 32) | next index:
-    # a thread that comes late, when the job is done and the next one published, finds another
-    # tag there and claims nothing, so no range runs twice; the entry, arguments and ranges it
-    # then reads are its job's, which cannot end before its claimed range is done.
+    # A range is claimed by a compare-and-swap of the claim word, (job tag << 32) | (count <<
+    # 16) | next index: the job's count travels in the word itself, so a thread that comes
+    # late, when the job is done, reads its own job's count there (not the next job's, which
+    # the launcher may be writing at that moment) and claims nothing; once the next job is
+    # published it finds another tag. No range runs twice, and the entry, arguments and ranges
+    # a claimer then reads are its job's, which cannot end before its claimed range is done.
     fn = ir.Function(module, ir.FunctionType(void, [p64, i64]), "rb_pool_claim")
     fn.linkage = "internal"
     header, gen = fn.args
@@ -123,11 +126,11 @@ def _module():
     b.branch(loop)
     b.position_at_end(loop)
     current = b.load_atomic(word(b, header, _NEXT), "acquire", 8)
-    same_job = b.icmp_unsigned("==", b.and_(current, const(~_INDEX_MASK)), tag)
+    same_job = b.icmp_unsigned("==", b.and_(current, const(~((1 << _TAG_BITS) - 1))), tag)
     b.cbranch(same_job, check, done)
     b.position_at_end(check)
     index = b.and_(current, const(_INDEX_MASK))
-    count = b.load_atomic(word(b, header, _COUNT), "acquire", 8)
+    count = b.and_(b.lshr(current, const(16)), const(_INDEX_MASK))
     b.cbranch(b.icmp_signed("<", index, count), claim, done)
     b.position_at_end(claim)
     swapped = b.cmpxchg(word(b, header, _NEXT), current, b.add(current, const(1)),
@@ -205,7 +208,8 @@ def _module():
     b.store(job_count, word(b, header, _COUNT))
     b.store(const(0), word(b, header, _FINISHED))
     # the claim word opens the job, then the generation wakes the workers
-    b.store_atomic(b.shl(b.and_(gen, const(_TAG_MASK)), const(_TAG_BITS)),
+    b.store_atomic(b.or_(b.shl(b.and_(gen, const(_TAG_MASK)), const(_TAG_BITS)),
+                         b.shl(job_count, const(16))),
                    word(b, header, _NEXT), "release", 8)
     b.store_atomic(gen, word(b, header, _GEN), "release", 8)
     b.call(claim_fn, [header, gen])
