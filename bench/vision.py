@@ -12,10 +12,10 @@ Timing. For each model and thread count, every engine is warmed up (at least 0.1
 ``--warmup`` calls), and with ``--number 0`` its calls per block are counted from 50 ms of
 calls after that (an engine's first calls pay for page faults and cold caches); then the
 repetitions are interleaved: repetition ``r`` runs each engine once (``number`` calls, timed
-together and divided), starting from engine ``r mod n``, so a drift of the machine's clock or load touches
-every engine alike. A pause of 50 ms separates the engines, so the threads that one leaves
-spinning after its call (ONNX Runtime's for about 20 ms, PyTorch's for a few) do not steal cycles
-from the next; OpenBLAS's, which spin for about 0.1 s, are told not to
+together and divided), starting from engine ``r mod n``, so a drift of the machine's clock or
+load touches every engine alike. A pause of 50 ms separates the engines, so the threads that
+one leaves spinning after its call (ONNX Runtime's for about 20 ms, PyTorch's for a few) do not
+steal cycles from the next; OpenBLAS's, which spin for about 0.1 s, are told not to
 (``OPENBLAS_THREAD_TIMEOUT``). Each engine's median and interquartile range are reported, and
 its speed relative to PyTorch eager (PyTorch's median over the engine's: above 1 is faster).
 

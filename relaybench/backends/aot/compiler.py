@@ -50,8 +50,6 @@ raises :class:`~relaybench.errors.ExecutionError` with the message (:mod:`.runti
 
 from __future__ import annotations
 
-import ctypes
-
 import numpy as np
 
 from ...errors import CompileError
@@ -95,8 +93,6 @@ def dtype_code(dtype: str, where: str) -> int:
         raise CompileError(f"{where}: AoT has no tensor dtype {dtype}") from None
 
 
-def _function_address(function) -> int:
-    return ctypes.cast(function, ctypes.c_void_p).value
 
 
 class _Program:
@@ -402,7 +398,7 @@ class _FunctionEmitter:
         the job (the kernel's uniform entry point, the argument array, the table of ranges),
         then this thread claims and runs ranges with the workers and waits for the rest.
         Python holds the pool's lock for the run."""
-        from ..llvm.runtime import RANGES_PER_THREAD, split_range
+        from ..llvm.runtime import RANGES_PER_THREAD, function_address, split_range
         from ..llvm.spinpool import MAX_RANGES, ranges_array
         p, b = self.program, self.b
         ranges = split_range(extent, min(MAX_RANGES, p.threads * RANGES_PER_THREAD))
@@ -416,7 +412,7 @@ class _FunctionEmitter:
         array = self.argument_array(args)
         table = p.keep_array(ranges_array(ranges))
         launch_type = p.ir.FunctionType(p.ir.VoidType(), [p64] + [p.i64] * 4)
-        launch = b.inttoptr(p.const(_function_address(p.pool_launch)), launch_type.as_pointer())
+        launch = b.inttoptr(p.const(function_address(p.pool_launch)), launch_type.as_pointer())
         b.call(launch, [b.inttoptr(p.const(p.pool.header_address), p64), p.const(entry),
                         b.ptrtoint(array, p.i64), p.const(table.ctypes.data),
                         p.const(len(ranges))])
@@ -535,13 +531,13 @@ _EMITTERS = {
 def _kernel_calls(group, where: str) -> list:
     """``(address, parallel extent or None, temporaries' addresses, uniform entry point or
     None)`` of each compiled function a call of kernel ``group`` runs, in order."""
-    from ..llvm.runtime import Kernel, PhasedKernel
+    from ..llvm.runtime import Kernel, PhasedKernel, function_address
     kernel = getattr(group.compiled, "kernel", None)
     if isinstance(kernel, Kernel):
-        return [(_function_address(kernel.function), kernel.parallel_extent, (), kernel.entry)]
+        return [(function_address(kernel.function), kernel.parallel_extent, (), kernel.entry)]
     if isinstance(kernel, PhasedKernel):
         temps = tuple(t.ctypes.data for t in kernel.temporaries)
-        return [(_function_address(phase.function), phase.parallel_extent, temps, phase.entry)
+        return [(function_address(phase.function), phase.parallel_extent, temps, phase.entry)
                 for phase in kernel.phases]
     raise CompileError(f"{where}: kernel {group.name} has no machine code "
                        f"({type(group.compiled).__name__}); AoT calls compiled kernels only")

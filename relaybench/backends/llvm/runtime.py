@@ -290,7 +290,8 @@ class NativeCall:
     keep: tuple = ()
 
 
-def _function_address(function) -> int:
+def function_address(function) -> int:
+    """The address of a ctypes function (the code compiled code calls)."""
     return ctypes.cast(function, ctypes.c_void_p).value
 
 
@@ -301,7 +302,7 @@ def _direct(function, values: tuple) -> NativeCall | None:
     from .spinpool import MAX_ARITY, direct_step
     if len(values) > MAX_ARITY or not all(isinstance(v, int) for v in values):
         return None
-    step, array = direct_step(_function_address(function), values)
+    step, array = direct_step(function_address(function), values)
     return NativeCall((step,), None, (array, function))
 
 

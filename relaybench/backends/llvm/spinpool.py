@@ -35,7 +35,7 @@ from compiled code (the AoT compiler's programs call it; so does a :class:`Steps
 
 Header words: 0 generation (the workers wake when it changes; the launcher, one at a time
 under the pool's lock, sets it to its old value plus one), 1 entry address, 2 argument array
-address, 3 number of ranges, 4 stop flag, 5 the spin limit (``pause`` instructions before
+address, 3 unused, 4 stop flag, 5 the spin limit (``pause`` instructions before
 napping), 6 the address of the ranges' table (``int64`` pairs begin, end); word 8 the claim
 word, ``(job tag << 32) | (number of ranges << 16) | next range``; word 16 the ranges
 finished.
@@ -67,7 +67,7 @@ NAP_MICROSECONDS = 50
 
 # the job header: one cache line the workers read, then the claim counter and the count of
 # finished ranges on cache lines of their own
-_GEN, _ENTRY, _ARGS, _COUNT, _STOP, _LIMIT, _RANGES = range(7)
+_GEN, _ENTRY, _ARGS, _STOP, _LIMIT, _RANGES = 0, 1, 2, 4, 5, 6
 _NEXT, _FINISHED = 8, 16
 _WORDS = 24
 MAX_RANGES = 64
@@ -205,7 +205,6 @@ def _module():
     b.store(job_entry, word(b, header, _ENTRY))
     b.store(job_args, word(b, header, _ARGS))
     b.store(job_ranges, word(b, header, _RANGES))
-    b.store(job_count, word(b, header, _COUNT))
     b.store(const(0), word(b, header, _FINISHED))
     # the claim word opens the job, then the generation wakes the workers
     b.store_atomic(b.or_(b.shl(b.and_(gen, const(_TAG_MASK)), const(_TAG_BITS)),
@@ -315,7 +314,8 @@ def _functions():
             _compiled = {
                 "module": compiled,
                 "worker": compiled.function("rb_pool_worker", [ctypes.c_void_p]),
-                "launch": compiled.function("rb_pool_launch", [ctypes.c_void_p] + [ctypes.c_int64] * 4),
+                "launch": compiled.function("rb_pool_launch",
+                                            [ctypes.c_void_p] + [ctypes.c_int64] * 4),
                 "run_steps": compiled.function("rb_run_steps", [ctypes.c_void_p, ctypes.c_int64,
                                                                 ctypes.c_void_p]),
                 "pauses": compiled.function("rb_pool_pauses", [ctypes.c_int64]),
@@ -435,8 +435,9 @@ class Steps:
     graph of small kernels does not pay Python's and ctypes' few microseconds per call.
 
     Each step is a direct call, ``function(*args)`` of at most :data:`MAX_ARITY` ``int64``
-    arguments (pointers, integers; made by :func:`direct_step`), or a job for ``pool``, ``entry(args, begin, end)`` over a
-    table of ranges (see :meth:`SpinPool.run`). ``keep`` holds what the addresses point into.
+    arguments (pointers, integers; made by :func:`direct_step`), or a job for ``pool``,
+    ``entry(args, begin, end)`` over a table of ranges (see :meth:`SpinPool.run`). ``keep``
+    holds what the addresses point into.
     """
 
     def __init__(self, steps, pool: SpinPool | None = None, keep=()):
