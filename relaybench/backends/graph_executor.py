@@ -331,11 +331,14 @@ class MemoryPlan:
     """The static plan: ``storage_of`` maps each node output entry to its storage id,
     ``storage_bytes`` the size of each storage; ``tensors``/``storages`` count them, and
     ``planned_bytes`` vs ``unplanned_bytes`` (every tensor its own buffer) shows the reuse.
-    Input and constant bytes are not part of the plan."""
+    ``views`` maps the output of each view call (:data:`VIEW_OPS`) to the entry whose memory it
+    reads (an input, a constant or a node output, which then lives as long as the view is
+    read). Input and constant bytes are not part of the plan."""
 
     storage_of: dict = field(default_factory=dict)
     storage_bytes: list = field(default_factory=list)
     dedicated: set = field(default_factory=set)      # storages of graph outputs, never reused
+    views: dict = field(default_factory=dict)
     tensors: int = 0
     unplanned_bytes: int = 0
     input_bytes: int = 0
@@ -351,7 +354,8 @@ class MemoryPlan:
 
     def __repr__(self) -> str:
         saved = 1 - self.planned_bytes / self.unplanned_bytes if self.unplanned_bytes else 0.0
-        return (f"MemoryPlan({self.tensors} tensors in {self.storages} storages; "
+        views = f", {len(self.views)} views" if self.views else ""
+        return (f"MemoryPlan({self.tensors} tensors in {self.storages} storages{views}; "
                 f"{_bytes_text(self.planned_bytes)} planned vs {_bytes_text(self.unplanned_bytes)} "
                 f"without reuse ({saved:.0%} saved); inputs {_bytes_text(self.input_bytes)}, "
                 f"constants {_bytes_text(self.constant_bytes)})")
@@ -368,17 +372,61 @@ def _round_up(n: int) -> int:
     return max(_ALIGN, (n + _ALIGN - 1) // _ALIGN * _ALIGN)
 
 
-def plan_memory(graph: Graph) -> MemoryPlan:
+VIEW_OPS = frozenset({"reshape", "reshape_like", "nn.batch_flatten", "squeeze", "expand_dims"})
+"""Operators that keep every element where it is in memory: a call whose group is made of
+these alone, from one tensor to one of the same bytes, is a *view*. Its result is the input's
+memory under another shape; the call runs no kernel. (AlterOpLayout turns a ``layout_transform``
+that moves nothing, ``NCHW`` to ``NCHW1c`` say, into a ``reshape``.)"""
+
+
+def view_nodes(graph: Graph) -> set:
+    """The indices of the calls of ``graph`` that are views (:data:`VIEW_OPS`): a group of
+    those operators alone (its kernel's ``ops``), one input, one output of the same dtype and
+    byte size, not a graph output.
+
+    >>> import relaybench as rb
+    >>> from relaybench import op
+    >>> x = rb.var("x", shape=(2, 3, 4))
+    >>> y = op.exp(op.nn.batch_flatten(op.tanh(x)))
+    >>> gm = rb.build(rb.IRModule.from_expr(rb.Function([x], y)), opt_level=0)
+    >>> [gm.graph.nodes[i].name for i in sorted(view_nodes(gm.graph))]
+    ['fused_nn_batch_flatten']
+    >>> gm.memory_plan().views, gm.memory_plan().storage_of
+    ({2: 1}, {1: 0, 2: 0, 3: 1})
+    """
+    outputs = set(graph.outputs)
+    found = set()
+    for node in graph.nodes:
+        ops = list(getattr(node.kernel, "ops", None) or ())
+        if not ops or not VIEW_OPS.issuperset(ops) or len(node.inputs) != 1 \
+                or len(node.outputs) != 1 or node.outputs[0] in outputs:
+            continue
+        src, dst = graph.entries[node.inputs[0]], graph.entries[node.outputs[0]]
+        if src.dtype == dst.dtype and src.nbytes == dst.nbytes:
+            found.add(node.index)
+    return found
+
+
+def plan_memory(graph: Graph, views=()) -> MemoryPlan:
     """Storage ids for the node outputs of ``graph`` (see the module): an entry's storage is freed
     after its last reader runs, and an allocation takes the smallest free storage that fits, else
     grows the largest free one, else makes a new one. A node's outputs never share a storage with
-    its inputs."""
+    its inputs. The calls whose indices are in ``views`` (see :func:`view_nodes`) get no storage:
+    their output is their input's memory, read until the view's last reader has run."""
     plan = MemoryPlan()
     outputs = set(graph.outputs)
+    views = set(views)
+    root: dict = {}                  # view output -> the entry whose memory it is
+    for node in graph.nodes:
+        if node.index in views:
+            source = node.inputs[0]
+            root[node.outputs[0]] = root.get(source, source)
+    plan.views = dict(root)
     last_use: dict = {}
     for node in graph.nodes:
-        for e in node.inputs:
-            last_use[e] = node.index
+        if node.index not in views:
+            for e in node.inputs:
+                last_use[root.get(e, e)] = node.index
     free: list = []                  # storage ids free now
     sizes = plan.storage_bytes
     for entry in graph.entries:
@@ -387,6 +435,12 @@ def plan_memory(graph: Graph) -> MemoryPlan:
         elif entry.kind == "constant":
             plan.constant_bytes += entry.nbytes
     for node in graph.nodes:
+        if node.index in views:
+            out = node.outputs[0]
+            sid = plan.storage_of.get(root[out])
+            if sid is not None:
+                plan.storage_of[out] = sid
+            continue
         for e in node.outputs:
             need = _round_up(graph.entries[e].nbytes)
             plan.tensors += 1
@@ -398,7 +452,8 @@ def plan_memory(graph: Graph) -> MemoryPlan:
             else:
                 sid = _take(free, sizes, need)
             plan.storage_of[e] = sid
-        released = [e for e in node.inputs if last_use.get(e) == node.index]
+        released = [root.get(e, e) for e in node.inputs]
+        released = [e for e in released if last_use.get(e) == node.index]
         released += [e for e in node.outputs if e not in last_use]      # never read
         for e in dict.fromkeys(released):
             sid = plan.storage_of.get(e)
@@ -492,6 +547,9 @@ class Profile(Table):
 
 # ---- the executable ----------------------------------------------------------------------------
 
+def _view_call() -> None:
+    """The bound call of a view (:func:`view_nodes`): nothing to run."""
+
 def _native_runs(calls: list) -> list:
     """What runs ``calls`` (bound kernel calls) in order: each stretch of consecutive calls
     that can all be made from compiled code (their ``native`` attribute, see
@@ -535,6 +593,9 @@ class GraphModule:
     """A compiled static graph: ``run(**inputs)``, ``set_input`` / ``get_output``, ``benchmark``,
     ``profile``, ``source``, ``memory_plan`` (made by :func:`relaybench.build`)."""
 
+    _VIEWS = True
+    """Whether view calls (:func:`view_nodes`) alias their input's memory instead of running."""
+
     def __init__(self, mod, graph: Graph, kernels: dict, *, target=None,
                  num_threads: Optional[int] = None, compile_stats=None):
         self.mod = mod
@@ -552,10 +613,13 @@ class GraphModule:
             distinct.setdefault(id(node.kernel), node.kernel)
         self._kernels = list(distinct.values())
         self.host_groups = [k.name for k in self._kernels if k.host]
-        self._plan = plan_memory(graph)
+        self._views = view_nodes(graph) if self._VIEWS else set()
+        self._plan = plan_memory(graph, self._views)
         self._allocate()
         self._input_specs = {name: graph.entries[e] for name, e in graph.inputs}
         self._input_set = {name: False for name in self._input_specs}
+        self._input_slots: dict = {}     # input name -> where its pointer sits (see run)
+        self._held: dict = {}            # input name -> the caller's array read in place
         self._num_threads = None
         self.set_num_threads(num_threads)
 
@@ -570,6 +634,8 @@ class GraphModule:
                                             entry.dtype)
             elif entry.kind == "constant":
                 arrays[entry.index] = entry.source
+            elif entry.index in plan.views:      # the memory of an earlier entry, reshaped
+                arrays[entry.index] = arrays[plan.views[entry.index]].reshape(entry.shape)
             else:
                 arrays[entry.index] = _view(pools[plan.storage_of[entry.index]], entry.shape,
                                             entry.dtype)
@@ -588,13 +654,70 @@ class GraphModule:
                 self._output_copies.append((dst, arrays[e]))
 
     def _bind_calls(self) -> None:
+        from .llvm.runtime import NativeCall
+        from .llvm.spinpool import Steps
+        _view_call.native = NativeCall(())
         calls = []
         for node in self._graph.nodes:
+            if node.index in self._views:
+                calls.append(_view_call)
+                continue
             args = [self._arrays[e] for e in node.inputs] + list(node.kernel.constants) + \
                    [self._arrays[e] for e in node.outputs]
-            calls.append(node.kernel.bind_call(args, self._num_threads))
+            call = node.kernel.bind_call(args, self._num_threads)
+            native = getattr(call, "native", None)
+            if isinstance(native, NativeCall) and native.steps:
+                # called alone too (profile) through the argument arrays, so an input pointed
+                # elsewhere (run) is read there on every path
+                program = Steps(native.steps, native.pool, native.keep)
+                program.native = native
+                call = program
+            calls.append(call)
         self._calls = calls
         self._run_list = _native_runs(calls)
+        self._input_slots = self._find_input_slots()
+        for name, array in list(self._held.items()):
+            if name in self._input_slots:
+                self._point_input(name, array)
+            else:       # no longer read in place: its values go to the input's buffer
+                np.copyto(self._arrays[self._input_specs[name].index], array)
+                del self._held[name]
+
+    def _find_input_slots(self) -> dict:
+        """For each input that every reader reads through compiled code's argument arrays
+        (:attr:`~relaybench.backends.llvm.runtime.NativeCall.args`), the places its buffer's
+        pointer sits in them: ``run`` writes a caller's array's pointer there instead of copying
+        the values. An input that a host kernel or a Python call reads, or that is a graph
+        output, has none."""
+        graph, plan = self._graph, self._plan
+        readers: dict = {}
+        for node in graph.nodes:
+            if node.index not in self._views:
+                for e in node.inputs:
+                    readers.setdefault(plan.views.get(e, e), []).append(node.index)
+        outputs = set(graph.outputs)
+        slots = {}
+        for name, spec in self._input_specs.items():
+            e = spec.index
+            reading = readers.get(e, [])
+            if not reading or e in outputs or spec.nbytes == 0:
+                continue
+            natives = [getattr(self._calls[i], "native", None) for i in reading]
+            if any(n is None or not n.args for n in natives):
+                continue
+            pointer = self._arrays[e].ctypes.data
+            found = []
+            for native in natives:
+                for array in native.args:
+                    found.extend((array, int(i)) for i in np.flatnonzero(array == pointer))
+            if found:
+                slots[name] = found
+        return slots
+
+    def _point_input(self, name: str, array: np.ndarray) -> None:
+        address = array.ctypes.data
+        for args, i in self._input_slots[name]:
+            args[i] = address
 
     # -- threads
     @property
@@ -662,13 +785,34 @@ class GraphModule:
         for n, array in checked.items():
             np.copyto(self._arrays[self._input_specs[n].index], array)
             self._input_set[n] = True
+            if self._held.pop(n, None) is not None:
+                self._point_input(n, self._arrays[self._input_specs[n].index])
+
+    def _take_inputs(self, inputs: dict) -> None:
+        """``run``'s inputs: each read in place where the compiled code can be pointed at it (a
+        C-contiguous array of the input's dtype, aligned to its element size), else copied."""
+        checked = {n: self._checked(n, v) for n, v in inputs.items()}
+        for n, array in checked.items():
+            if n in self._input_slots and array.flags.c_contiguous \
+                    and array.ctypes.data % array.dtype.itemsize == 0:
+                self._point_input(n, array)
+                self._held[n] = array
+                self._input_set[n] = True
+            else:
+                self.set_input(**{n: array})
 
     # -- running
     def run(self, **inputs):
         """Set ``inputs`` (all checked first), run every kernel, return the result: an array, or a
-        tuple for a tuple result (copies; the module's buffers are reused by the next run)."""
+        tuple for a tuple result (copies; the module's buffers are reused by the next run).
+
+        An input array that compiled code can read where it is (C-contiguous, of the input's
+        dtype, aligned to its element size, and every kernel reading it compiled) is not copied:
+        the kernels are pointed at it, and they read it there until the input is given again
+        (a ``run()`` or ``benchmark()`` without it reads it again, as it is then). ``set_input``
+        always copies."""
         if inputs:
-            self.set_input(**inputs)
+            self._take_inputs(inputs)
         missing = [n for n, ok in self._input_set.items() if not ok]
         if missing:
             spec = self._input_specs[missing[0]]
@@ -777,6 +921,7 @@ class GraphModule:
             slot[2].append(node.index)
         total_ms = 0.0
         stats = []
+        views = getattr(self, "_views", set())
         for kernel, times, nodes in per_kernel.values():
             per_call = float(np.median(times)) * 1e3
             per_run = per_call * len(nodes)
@@ -785,8 +930,9 @@ class GraphModule:
         rows = []
         for i, (kernel, per_call, per_run, calls) in enumerate(stats):
             gflops = kernel.flops / (per_call * 1e-3) / 1e9 if kernel.flops and per_call else None
+            rule = "view" if views.issuperset(per_kernel[id(kernel)][2]) else kernel.rule
             rows.append({"#": i, "group": kernel.name, "ops": ", ".join(kernel.ops) or "copy",
-                         "pattern": kernel.pattern, "rule": kernel.rule, "calls": calls,
+                         "pattern": kernel.pattern, "rule": rule, "calls": calls,
                          "ms/call": round(per_call, 4), "ms/run": round(per_run, 4),
                          "%": round(100 * per_run / total_ms, 1) if total_ms else 0.0,
                          "GFLOP/s": round(gflops, 1) if gflops is not None else ""})

@@ -7,7 +7,8 @@ shares, with the bytes reuse saves, for the graph executor and for the Relay VM.
 * a :class:`~relaybench.backends.graph_executor.GraphModule` (``relaybench.build``): its steps
   are the kernel calls of its graph, its buffers the outputs of those calls, each in the
   storage :func:`~relaybench.backends.graph_executor.plan_memory` gave it (an output of the
-  graph has a storage of its own, never handed on);
+  graph has a storage of its own, never handed on; a view, a ``reshape`` say, has no buffer:
+  its readers keep the buffer it reads alive);
 * a VM :class:`~relaybench.backends.vm.Executable`: its steps are the ``invoke_packed``
   instructions of a function (``main``), its buffers the tensors ``alloc_tensor`` places in
   blocks. The VM's storage planning turned each ``alloc_storage`` that takes over a dead block
@@ -169,14 +170,17 @@ def _graph_plan(gm) -> MemoryPlanView:
     nodes = graph.nodes
     last_step = len(nodes) - 1
     outputs = set(graph.outputs)
+    views = plan.views          # a view's readers keep the memory it reads alive
     last_read: dict = {}
     for node in nodes:
         for e in node.inputs:
-            last_read[e] = node.index
+            last_read[views.get(e, e)] = node.index
     buffers = []
     shared: dict = {}
     for node in nodes:
         for e in node.outputs:
+            if e in views:      # no memory of its own
+                continue
             entry = graph.entries[e]
             sid = plan.storage_of[e]
             last = last_step if e in outputs else last_read.get(e, node.index)

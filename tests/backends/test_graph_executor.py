@@ -690,3 +690,113 @@ def test_inputs_named_like_set_inputs_own_parameters():
     lib.set_input("value", a)
     lib.set_input(name=b)
     np.testing.assert_array_equal(lib.run(), b - a)
+
+
+# ---- views and inputs read in place --------------------------------------------------------------
+
+def _view_chain():
+    """x -> tanh -> reshape (a view) -> ... the view read again at the end, after other calls
+    that could have taken its memory had the plan freed it early."""
+    x = rb.var("x", shape=(2, 3, 4))
+    t = op.tanh(x)
+    flat = op.reshape(t, newshape=(6, 4))
+    other = op.exp(op.negative(op.sigmoid(flat)))
+    for _ in range(3):
+        other = op.sigmoid(op.negative(other))
+    return rb.IRModule.from_expr(rb.Function([x], op.add(other, flat)))
+
+
+def test_a_view_takes_no_memory_and_keeps_what_it_reads_alive():
+    mod = _view_chain()
+    graph = rb.build(mod, opt_level=0)
+    plan = graph.memory_plan()
+    names = {n.index: n.kernel.ops for n in graph.graph.nodes}
+    assert [names[i] for i in graph._views] == [["reshape"]]
+    (view_out, root), = plan.views.items()
+    assert plan.storage_of[view_out] == plan.storage_of[root]
+    # no call between the view's source and its last reader writes that storage
+    last = max(n.index for n in graph.graph.nodes if view_out in n.inputs)
+    first = next(n.index for n in graph.graph.nodes if root in n.outputs)
+    for node in graph.graph.nodes[first + 1:last]:
+        assert node.index in graph._views or all(plan.storage_of.get(e) != plan.storage_of[root] for e in node.outputs)
+    arr = np.random.default_rng(1).standard_normal((2, 3, 4)).astype("float32")
+    flat = np.tanh(arr).reshape(6, 4)
+    other = np.exp(-1 / (1 + np.exp(-flat)))
+    for _ in range(3):
+        other = 1 / (1 + np.exp(other))
+    np.testing.assert_allclose(graph.run(x=arr), other + flat, rtol=RTOL, atol=ATOL)
+    assert graph.profile(number=2).groups[1]["rule"] == "view"
+
+
+def test_a_view_of_the_input_and_a_returned_view_are_copies_where_needed():
+    """A reshape of the input is a view of the caller's array; a reshape that is the graph's
+    output has memory of its own."""
+    x = rb.var("x", shape=(4, 6))
+    y = op.reshape(op.exp(op.reshape(x, newshape=(2, 12))), newshape=(24,))
+    graph = rb.build(rb.IRModule.from_expr(rb.Function([x], y)), opt_level=0)
+    assert len(graph._views) == 1 and graph.graph.inputs[0][1] in graph.memory_plan().views.values()
+    arr = np.arange(24, dtype="float32").reshape(4, 6) / 10
+    out = graph.run(x=arr)
+    np.testing.assert_allclose(out, np.exp(arr).ravel(), rtol=RTOL)
+    out[:] = 0          # a copy: the next run is not affected
+    np.testing.assert_allclose(graph.run(x=arr), np.exp(arr).ravel(), rtol=RTOL)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_run_reads_its_input_in_place_and_set_input_copies(threads):
+    """run(x=a) points the kernels at ``a`` (a later run() reads ``a`` as it is then);
+    set_input copies; arrays the kernels cannot read in place (Fortran order, misaligned,
+    another stride) are copied; every path gives numpy's result."""
+    rng = np.random.default_rng(2)
+    x = rb.var("x", shape=(1, 8, 10, 10))
+    w = rand(rng, 16, 8, 3, 3, scale=0.2)
+    mod = rb.IRModule.from_expr(rb.Function([x], op.nn.relu(op.nn.conv2d(x, rb.const(w),
+                                                                         padding=(1, 1)))))
+    graph = rb.build(mod, opt_level=3, num_threads=threads)
+    assert "x" in graph._input_slots
+
+    def want(a):
+        return reference(mod, np.ascontiguousarray(a, dtype="float32"))
+
+    a, b = rand(rng, 1, 8, 10, 10), rand(rng, 1, 8, 10, 10)
+    assert_agrees(graph.run(x=a), want(a))
+    before = graph._arrays[graph.graph.inputs[0][1]].copy()
+    a *= 2                                  # read in place: the next run() sees it
+    assert_agrees(graph.run(), want(a))
+    np.testing.assert_array_equal(graph._arrays[graph.graph.inputs[0][1]], before)
+    graph.set_input(x=b)
+    b_copy = b.copy()
+    b[...] = 0                              # set_input copied: no effect
+    assert_agrees(graph.run(), want(b_copy))
+    assert graph.benchmark(number=2, repeat=1).median_ms > 0
+    np.testing.assert_allclose(graph.get_output(0), want(b_copy), rtol=RTOL, atol=ATOL)
+    fortran = np.asfortranarray(a)
+    raw = np.zeros(a.size * 4 + 1, np.uint8)
+    misaligned = np.frombuffer(raw[1:].data, dtype="float32").reshape(a.shape)
+    misaligned[...] = a
+    strided = np.repeat(a, 2, axis=3)[..., ::2]
+    for arr in (fortran, misaligned, strided):
+        assert_agrees(graph.run(x=arr), want(a))
+    assert_agrees(graph.run(x=b_copy), want(b_copy))
+    graph.set_num_threads(3 - threads)      # rebound: still reads the array given last
+    b_copy += 1
+    assert_agrees(graph.run(), want(b_copy))
+    graph.profile(number=1)
+    np.testing.assert_allclose(graph.get_output(0), want(b_copy), rtol=RTOL, atol=ATOL)
+
+
+def test_an_input_returned_or_read_by_a_host_kernel_is_copied(monkeypatch):
+    from relaybench.op.registry import get_opdef
+    x = rb.var("x", shape=(3, 4))
+    graph = rb.build(rb.IRModule.from_expr(rb.Function([x], rb.Tuple([x, op.exp(x)]))),
+                     opt_level=0)
+    assert "x" not in graph._input_slots
+    arr = np.ones((3, 4), "float32")
+    out = graph.run(x=arr)
+    arr[...] = 5
+    np.testing.assert_allclose(out[0], 1)
+    monkeypatch.setattr(get_opdef("tanh"), "compute", None)
+    monkeypatch.setenv("RB_LOWERING_CACHE", "off")
+    host = rb.build(rb.IRModule.from_expr(rb.Function([x], op.tanh(x))), opt_level=0)
+    assert host.host_groups and "x" not in host._input_slots
+    np.testing.assert_allclose(host.run(x=arr), np.tanh(arr), rtol=RTOL)

@@ -96,6 +96,7 @@ def @main(%x: Tensor[(1, 3, 8, 8), float32], %w: Tensor[(32, 3, 3, 3), float32])
 
 def test_per_channel_operands_are_transformed_into_the_blocked_layout():
     # the batch-norm arithmetic: a (C, 1, 1) scale and shift follow the data into NCHW16c as CHW16c
+    # (a transform that moves nothing there, so a reshape)
     before = rb.parse(H + """
 def @main(%x: Tensor[(1, 16, 6, 6), float32], %w: Tensor[(32, 16, 3, 3), float32],
           %s: Tensor[(32, 1, 1), float32], %b: Tensor[(32, 1, 1), float32]) {
@@ -112,9 +113,9 @@ def @main(%x: Tensor[(1, 16, 6, 6), float32], %w: Tensor[(32, 16, 3, 3), float32
   %1 = layout_transform(%w, src_layout="OIHW", dst_layout="OIHW16i16o");
   %2 = nn.conv2d(%0, %1, padding=[1, 1, 1, 1], channels=32, kernel_size=[3, 3], data_layout="NCHW16c",
                  kernel_layout="OIHW16i16o", out_layout="NCHW16c");
-  %3 = layout_transform(%s, src_layout="CHW", dst_layout="CHW16c");
+  %3 = reshape(%s, newshape=[2, 1, 1, 16]);
   %4 = multiply(%2, %3);
-  %5 = layout_transform(%b, src_layout="CHW", dst_layout="CHW16c");
+  %5 = reshape(%b, newshape=[2, 1, 1, 16]);
   %6 = add(%4, %5);
   %7 = nn.relu(%6);
   layout_transform(%7, src_layout="NCHW16c", dst_layout="NCHW")
@@ -164,7 +165,7 @@ def @main(%x: Tensor[(1, 8, 4, 4), float32], %w: Tensor[(32, 8, 1, 1), float32],
   %2 = nn.conv2d(%0, %1, channels=32, kernel_size=[1, 1], data_layout="NCHW8c",
                  kernel_layout="OIHW8i16o", out_layout="NCHW16c");
   %3 = expand_dims(%b, axis=0, num_newaxis=2);
-  %4 = layout_transform(%3, src_layout="HWC", dst_layout="CHW16c");
+  %4 = reshape(%3, newshape=[2, 1, 1, 16]);
   %5 = add(%2, %4);
   layout_transform(%5, src_layout="NCHW16c", dst_layout="NCHW")
 }"""), map_free_vars=True)
@@ -320,7 +321,7 @@ def @main(%x: Tensor[(1, 8, 4, 4), float32], %w: Tensor[(32, 8, 1, 1), float32])
   %4 = sum(%2, axis=[1, 4]);
   %5 = layout_transform(%2, src_layout="NCHW16c", dst_layout="NCHW");
   %6 = mean(%5, axis=[1], keepdims=True);
-  %7 = layout_transform(%3, src_layout="NCHW16c", dst_layout="NCHW");
+  %7 = reshape(%3, newshape=[1, 32, 1, 1]);
   (%7, %4, %6)
 }"""), map_free_vars=True)
     args = random_args(before)
@@ -581,3 +582,70 @@ def @main(%x: Tensor[(1, 32, 8, 8), float32], %w1: Tensor[(32, 32, 3, 3), float3
     want = rb.create_executor("interpreter", mod=mod).evaluate()(*args)
     got = rb.create_executor("interpreter", mod=out).evaluate()(*args)
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("src, dst, shape, moves", [
+    ("NCHW", "NCHW1c", (1, 4, 84, 84), False), ("NCHW", "NCHW4c", (1, 4, 6, 6), True),
+    ("NCHW", "NHWC", (2, 1, 3, 3), False), ("NCHW", "NHWC", (2, 3, 1, 1), False),
+    ("NCHW", "NHWC", (1, 3, 2, 2), True), ("NCHW16c", "NCHW", (1, 1, 3, 3, 16), True),
+    ("NCHW16c", "NCHW", (1, 2, 1, 1, 16), False), ("OIHW", "OIHW1i16o", (16, 1, 3, 3), True),
+])
+def test_moves_nothing_against_the_transformed_index(src, dst, shape, moves):
+    """A transform moves nothing exactly when the transformed index array is 0, 1, 2, ... (the
+    reference semantics of layout_transform decide, not the layout strings)."""
+    from relaybench.ir.layout import Layout
+    index = np.arange(int(np.prod(shape))).reshape(shape)
+    moved = np.ascontiguousarray(Layout(src).transform_array(index, dst)).ravel()
+    assert (not np.array_equal(moved, index.ravel())) == moves
+    assert alter_op_layout.moves_nothing(src, dst, shape) == (not moves)
+
+
+def test_moves_nothing_refuses_large_or_symbolic_tensors(monkeypatch):
+    monkeypatch.setattr(alter_op_layout, "MOVES_NOTHING_MAX_ELEMENTS", 100)
+    assert not alter_op_layout.moves_nothing("NCHW", "NCHW1c", (1, 4, 8, 8))
+    assert alter_op_layout.moves_nothing("NCHW", "NCHW1c", (1, 4, 5, 5))
+    from relaybench.ir.symbolic import ANY
+    assert not alter_op_layout.moves_nothing("NCHW", "NCHW1c", (1, 4, ANY, 5))
+
+
+def _first_layer(channels, window, stride):
+    rng = np.random.default_rng(3)
+    x = rb.var("x", shape=(1, channels, 20, 20))
+    w = rng.standard_normal((32, channels, window, window)).astype("float32")
+    y = op.nn.relu(op.nn.conv2d(x, rb.const(w), strides=(stride, stride)))
+    return rb.passes.InferType()(rb.IRModule.from_expr(rb.Function([x], op.nn.max_pool2d(
+        y, pool_size=(2, 2)))))
+
+
+def test_a_first_layer_with_a_large_window_reads_its_input_as_it_is():
+    """Four input channels under an 8x8 window: the data in NCHW1c (NCHW itself), so the
+    input's transform is a reshape; the semantics are the interpreter's."""
+    before = _first_layer(4, 8, 4)
+    after = alter(before)
+    (conv,) = calls(after, "nn.conv2d")
+    assert conv.attrs.data_layout == "NCHW1c" and conv.attrs.kernel_layout == "OIHW1i16o"
+    assert [c.args[0].name_hint for c in calls(after, "reshape")] == ["x"]
+    assert not [c for c in calls(after, "layout_transform") if not isinstance(c.args[0], rb.Constant)
+                and c.attrs.dst_layout != "NCHW"]
+    check_same_outputs(before, after)
+
+
+@pytest.mark.parametrize("channels, window", [(3, 3), (3, 7), (8, 8)])
+def test_other_first_layers_keep_the_blocked_input(channels, window):
+    after = alter(_first_layer(channels, window, 1))
+    (conv,) = calls(after, "nn.conv2d")
+    assert conv.attrs.data_layout == f"NCHW{channels}c"
+    assert not calls(after, "reshape")
+
+
+def test_the_dqn_runs_its_input_in_place_as_the_interpreter_does():
+    """The DQN built: its input's transform is a view, the first layer reads the caller's
+    array, and the result is the interpreter's."""
+    mod, params = rb.models.get("dqn")
+    graph = rb.build(mod, target="llvm", params=params, opt_level=3)
+    plan = graph.memory_plan()
+    input_entry = graph.graph.inputs[0][1]
+    assert input_entry in plan.views.values()
+    data = np.random.default_rng(0).random((1, 4, 84, 84), dtype=np.float32)
+    want = rb.create_executor("interpreter", mod=mod).evaluate()(data, **params)
+    np.testing.assert_allclose(graph.run(data=data), want, rtol=1e-4, atol=1e-5)

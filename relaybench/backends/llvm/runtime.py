@@ -283,11 +283,14 @@ class NativeCall:
     """What a bound call does, as steps of a :class:`.spinpool.Steps` program: the graph
     executor runs a sequence of bound calls that all have one in a single call into compiled
     code. ``steps`` are ``(kind, address, args, arity, ranges, count)``; ``pool`` the spinning
-    pool their jobs go to (None when they have none); ``keep`` what their addresses point into."""
+    pool their jobs go to (None when they have none); ``keep`` what their addresses point into;
+    ``args`` the ``int64`` arrays the steps read their arguments from (the graph executor
+    re-points an input's pointer there to read a caller's array in place)."""
 
     steps: tuple
     pool: object = None
     keep: tuple = ()
+    args: tuple = ()
 
 
 def function_address(function) -> int:
@@ -303,7 +306,7 @@ def _direct(function, values: tuple) -> NativeCall | None:
     if len(values) > MAX_ARITY or not all(isinstance(v, int) for v in values):
         return None
     step, array = direct_step(function_address(function), values)
-    return NativeCall((step,), None, (array, function))
+    return NativeCall((step,), None, (array, function), (array,))
 
 
 def _launcher(function, values: tuple, parallel_extent: int | None, threads: int,
@@ -315,7 +318,7 @@ def _launcher(function, values: tuple, parallel_extent: int | None, threads: int
     Its ``native`` attribute is the :class:`NativeCall` doing the same (None if there is none)."""
     def made(launch, native):
         launch.native = native if native is None else \
-            NativeCall(native.steps, native.pool, native.keep + (keep,))
+            NativeCall(native.steps, native.pool, native.keep + (keep,), native.args)
         return launch
 
     if parallel_extent is None:
@@ -340,7 +343,7 @@ def _launcher(function, values: tuple, parallel_extent: int | None, threads: int
             spinning.run(entry, address, table)
         return made(launch_spinning, NativeCall(
             ((STEP_POOL, entry, address, 0, table.ctypes.data, table.size // 2),), spinning,
-            (pointers, table, function)))
+            (pointers, table, function), (pointers,)))
 
     pool = thread_pool(threads)
 
@@ -355,7 +358,7 @@ def _launcher(function, values: tuple, parallel_extent: int | None, threads: int
 def join_native(calls) -> NativeCall | None:
     """One :class:`NativeCall` doing what ``calls`` (bound calls) do in turn, or None when
     one of them has none or they use different pools."""
-    steps, keep, pool = [], [], None
+    steps, keep, args, pool = [], [], [], None
     for call in calls:
         native = getattr(call, "native", None)
         if native is None or (native.pool is not None and pool is not None
@@ -364,7 +367,8 @@ def join_native(calls) -> NativeCall | None:
         pool = pool or native.pool
         steps.extend(native.steps)
         keep.append(native.keep)
-    return NativeCall(tuple(steps), pool, tuple(keep))
+        args.extend(native.args)
+    return NativeCall(tuple(steps), pool, tuple(keep), tuple(args))
 
 
 def aligned_empty(shape, dtype, alignment: int = 64) -> np.ndarray:
@@ -503,7 +507,8 @@ class PhasedKernel:
                 launch()
         native = join_native(launches)
         run_phases.native = native if native is None else \
-            NativeCall(native.steps, native.pool, native.keep + ((args, self.temporaries),))
+            NativeCall(native.steps, native.pool, native.keep + ((args, self.temporaries),),
+                       native.args)
         return run_phases
 
     def __call__(self, *args, num_threads: int | None = None) -> None:

@@ -113,6 +113,8 @@ class DeviceProfile(Profile):
 class OpenCLGraphModule(GraphModule):
     """A compiled static graph whose buffers and kernels live on an OpenCL device."""
 
+    _VIEWS = False      # device buffers: every call runs its kernel
+
     def __init__(self, mod, graph, kernels: dict, *, target=None, num_threads=None,
                  compile_stats=None):
         self.device = get_device(target)
