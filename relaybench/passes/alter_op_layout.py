@@ -417,12 +417,32 @@ def moves_nothing(src_layout: str, dst_layout: str, shape) -> bool:
     src = Layout(src_layout)
     if src.is_undef or Layout(dst_layout).is_undef:
         return False
+    shape = tuple(int(d) for d in shape)
     try:
-        index = np.arange(size, dtype=np.int64).reshape(tuple(int(d) for d in shape))
+        dst_shape = tuple(int(d) for d in src.convert_shape(shape, dst_layout))
+    except ValueError:
+        return False
+    # the axes of extent above 1, by name, must come in the same order (a cheap refusal of
+    # most transforms, the weights' among them, before the index array is made)
+    if _named_axes(src_layout, shape) != _named_axes(dst_layout, dst_shape):
+        return False
+    try:
+        index = np.arange(size, dtype=np.int64).reshape(shape)
         moved = np.ascontiguousarray(src.transform_array(index, dst_layout))
     except ValueError:
         return False
     return bool(np.array_equal(moved.ravel(), np.arange(size, dtype=np.int64)))
+
+
+def _named_axes(layout: str, shape) -> list:
+    """The upper-case names of ``layout``'s axes whose extent in ``shape`` is not 1, in order,
+    with consecutive repeats merged (``NCHW16c`` of ``(1, 2, 7, 7, 16)``: C, H, W, C)."""
+    names = [c.upper() for c in layout if c.isalpha()]
+    out: list = []
+    for name, extent in zip(names, shape):
+        if extent != 1 and (not out or out[-1] != name):
+            out.append(name)
+    return out
 
 
 def transforms_as_reshapes(mod):
