@@ -12,9 +12,12 @@ The memory plan is static, as in Relay's graph executor: every intermediate entr
 and a storage is handed to a later entry once every reader of its current entry has run
 (liveness by last use; best fit by size in bytes, growing the largest free storage when none
 fits). Storages are dtype-agnostic byte pools, 64-byte aligned, each entry a numpy view of its
-pool. Inputs and the graph's outputs have storages of their own that are never reused. Because
-the buffers never move, each node's argument list is fixed at load time and :meth:`GraphModule.run`
-is a loop of kernel calls.
+pool. Inputs and the graph's outputs have storages of their own that are never reused. A call
+that moves no element (:func:`view_nodes`: a ``reshape``, a flatten) gets no storage and runs no
+kernel: its result is its input's memory under another shape. Because the buffers never move,
+each node's argument list is fixed at load time and :meth:`GraphModule.run` is a loop of kernel
+calls; only an input given to ``run`` may be read where the caller holds it (the kernels'
+argument arrays pointed at it, see :meth:`GraphModule.run`).
 
 >>> import numpy as np, relaybench as rb
 >>> from relaybench import op

@@ -235,3 +235,26 @@ def test_winograd_tiles_match_the_direct_convolution(config):
     with autotune.ApplyConfig({}):
         default = lower_primitive(func, "llvm").source()
     assert (default == loops) == (config == space.default())
+
+
+def test_a_few_input_channels_in_blocks_of_one_sum_inside_the_window():
+    """A first layer's NCHW1c data (a few channels, each its own block) defaults to the window
+    outside the channels, as a blocked layout's loops have them; blocked data keeps the
+    channel blocks outside. The default config computes the convolution."""
+    def workload(data_shape, weight_shape, layout):
+        return autotune.Workload(
+            "conv2d_NCHWc", (data_shape, weight_shape), ("float32", "float32"),
+            (1, 2, 5, 5, 16), "float32",
+            (("data_layout", layout), ("dilation", (1, 1)), ("groups", 1),
+             ("kernel_layout", "OIHW1i16o"), ("out_layout", "NCHW16c"),
+             ("padding", (0, 0, 0, 0)), ("strides", (4, 4))))
+    few = workload((1, 4, 24, 24, 1), (2, 4, 8, 8, 1, 16), "NCHW1c")
+    blocked = workload((1, 1, 24, 24, 4), (2, 1, 8, 8, 4, 16), "NCHW4c")
+    assert x86.conv2d_nchwc_space(few).default()["reduce_order"] == "window_first"
+    assert x86.conv2d_nchwc_space(blocked).default()["reduce_order"] == "channels_first"
+    rng = np.random.default_rng(7)
+    data = rng.standard_normal((1, 4, 24, 24, 1)).astype("float32")
+    weight = rng.standard_normal((2, 4, 8, 8, 1, 16)).astype("float32")
+    func = autotune.task_function(few)
+    out, _ = _run(func, x86.conv2d_nchwc_space(few).default(), few, [data, weight])
+    np.testing.assert_allclose(out, _conv_nchwc_numpy(data, weight, 4, 0), rtol=1e-4, atol=1e-4)
