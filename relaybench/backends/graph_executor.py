@@ -550,8 +550,17 @@ class Profile(Table):
 
 # ---- the executable ----------------------------------------------------------------------------
 
-def _view_call() -> None:
-    """The bound call of a view (:func:`view_nodes`): nothing to run."""
+class _ViewCall:
+    """The bound call of a view (:func:`view_nodes`): nothing to run, as a call from Python or
+    as steps of compiled code (``native``, a :class:`~relaybench.backends.llvm.runtime.NativeCall`
+    of none)."""
+
+    def __init__(self, native):
+        self.native = native
+
+    def __call__(self) -> None:
+        pass
+
 
 def _native_runs(calls: list) -> list:
     """What runs ``calls`` (bound kernel calls) in order: each stretch of consecutive calls
@@ -659,11 +668,11 @@ class GraphModule:
     def _bind_calls(self) -> None:
         from .llvm.runtime import NativeCall
         from .llvm.spinpool import Steps
-        _view_call.native = NativeCall(())
+        view = _ViewCall(NativeCall(()))
         calls = []
         for node in self._graph.nodes:
             if node.index in self._views:
-                calls.append(_view_call)
+                calls.append(view)
                 continue
             args = [self._arrays[e] for e in node.inputs] + list(node.kernel.constants) + \
                    [self._arrays[e] for e in node.outputs]

@@ -591,8 +591,9 @@ def conv2d_nchwc_space(workload):
     space.define_knob("tile_oc", _divisors(oc_blocks, 4), default=blocks,
                       doc="output-channel blocks per register tile")
     data_shape = workload.arg_shapes[0]
-    # a few input channels in blocks of one (a first layer's NCHW1c, see AlterOpLayout's
-    # SMALL_INPUT_CHANNELS): the channels inside the window, as a blocked layout has them
+    # a few input channels in blocks of one (a first layer's NCHW1c, see
+    # alter_op_layout.reads_input_as_is): the channels inside the window, as a blocked layout
+    # has them
     few = len(data_shape) == 5 and data_shape[-1] == 1 and data_shape[1] <= 4
     space.define_knob("reduce_order", ["channels_first", "window_first"],
                       default="window_first" if few else "channels_first",
