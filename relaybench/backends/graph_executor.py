@@ -805,6 +805,10 @@ class GraphModule:
         C-contiguous array of the input's dtype, aligned to its element size), else copied."""
         checked = {n: self._checked(n, v) for n, v in inputs.items()}
         for n, array in checked.items():
+            if self._held.get(n) is array:
+                # the kernels point at it already; its memory cannot have moved (numpy does
+                # not resize an array another reference, this one, holds)
+                continue
             if n in self._input_slots and array.flags.c_contiguous \
                     and array.ctypes.data % array.dtype.itemsize == 0:
                 self._point_input(n, array)
