@@ -120,6 +120,34 @@ peak = max(live)
 (len(live), peak <= graph_plan.planned_bytes, f"peak {peak / 2**20:.1f} MiB at step {live.index(peak)}")
 """, check=True)
 md("""
+## Views, and inputs read where they are
+
+Some calls move no data: a `reshape`, a flatten, a `layout_transform` that only adds an axis of
+one (AlterOpLayout turns those into `reshape`). The graph executor runs no kernel for such a
+call: its result is its input's memory under another shape, a **view**, and the plan keeps that
+memory alive until the view's last reader has run. The DQN has two: its input, which its first
+layer reads in `NCHW1c` (that is NCHW itself), and the flatten before its dense layer. And
+`run(data=frames)` does not copy `frames`: the compiled kernels are pointed at the caller's
+array (a C-contiguous array of the input's dtype), so they read it where it is, on every core,
+and a later `run()` without inputs reads it again as it is then (`set_input` copies).
+""")
+code("""
+dqn, dqn_params = rb.models.get("dqn")
+agent = rb.build(dqn, params=dqn_params)
+views = agent.memory_plan().views
+[n.name for n in agent.graph.nodes if n.outputs[0] in views]
+""", check=True)
+code("""
+reference = rb.create_executor("interpreter", mod=dqn).evaluate()
+frames = np.random.default_rng(1).random((1, 4, 84, 84), dtype=np.float32)
+first = agent.run(data=frames)
+frames *= 0.5          # read in place: run() without inputs sees the change
+second = agent.run()
+(bool(np.allclose(first, reference(frames * 2, **dqn_params), rtol=1e-4, atol=1e-5)),
+ bool(np.allclose(second, reference(frames, **dqn_params), rtol=1e-4, atol=1e-5)),
+ [r["group"] for r in agent.profile(number=3).groups if r["rule"] == "view"])
+""", check=True)
+md("""
 ## The Relay VM's plan
 
 The VM plans its storage differently: its compiler turns every `alloc_storage` that can take
