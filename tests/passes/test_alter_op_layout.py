@@ -645,7 +645,7 @@ def test_the_dqn_runs_its_input_in_place_as_the_interpreter_does():
     graph = rb.build(mod, target="llvm", params=params, opt_level=3)
     plan = graph.memory_plan()
     input_entry = graph.graph.inputs[0][1]
-    assert input_entry in plan.views.values()
+    assert input_entry in plan.views.values() and "data" in graph._input_slots
     data = np.random.default_rng(0).random((1, 4, 84, 84), dtype=np.float32)
     want = rb.create_executor("interpreter", mod=mod).evaluate()(data, **params)
     np.testing.assert_allclose(graph.run(data=data), want, rtol=1e-4, atol=1e-5)

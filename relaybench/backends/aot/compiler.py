@@ -93,8 +93,6 @@ def dtype_code(dtype: str, where: str) -> int:
         raise CompileError(f"{where}: AoT has no tensor dtype {dtype}") from None
 
 
-
-
 class _Program:
     """The LLVM module being built: one function per VM function, closure wrappers, entry
     points; ``constants`` holds the static objects (constant tensors, the empty tuple) the code
