@@ -51,6 +51,19 @@ kernels = build_time.kernel_rows()
  [r["name"] for r in build_time.pass_rows()][-1])
 """, check=True)
 md("""
+Some kernels share their machine code. ResNet-18's Winograd layers come in pairs: the same
+convolution once with a bias and a ReLU after it, once with the block's input added back as
+well. Their first three phases (padding, the input transform, the products) are the same loop
+nests over the same buffers, and most of the compile time; the build compiles such kernels into
+one module, the common phases once (`share_phases` in the LLVM code generator), and each kernel's
+row says which it shares with.
+""")
+code("""
+shared = [r for r in kernels if "one module with" in r["detail"]]
+(len(shared), build_time.module.compile_stats.llvm_shared,
+ all("winograd" in r["name"] for r in shared))
+""", check=True)
+md("""
 Built again in the same process, every kernel is found in memory: the build's time is now the
 passes' alone. No group is even lowered: the **lowering cache** keeps, per fused group, what the
 build needs from its lowering (the kernel's parameters, the key of its machine code, the rule

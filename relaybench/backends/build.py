@@ -58,7 +58,9 @@ class CompileStats:
     OpenCL programs the driver compiled), ``from_disk`` those read back from the kernel cache
     (``RB_CACHE_DIR``), ``from_memory`` those this process had compiled already;
     ``lowerings_cached`` the groups that were not lowered, their lowering read from the lowering
-    cache (:mod:`.group_cache`).
+    cache (:mod:`.group_cache`); ``llvm_shared`` the kernels compiled into one module with others
+    because they have phases in common (:func:`.llvm.codegen.share_phases`: the module counts
+    once in ``llvm_compiled``, its other kernels in ``from_memory``).
     """
 
     optimize_seconds: float = 0.0
@@ -72,6 +74,7 @@ class CompileStats:
     from_disk: int = 0
     from_memory: int = 0
     lowerings_cached: int = 0  # groups whose lowering came from the lowering cache
+    llvm_shared: int = 0       # kernels compiled into a module shared with others (common phases)
     optimize_cached: bool = False  # the optimized module came from the build cache
     opencl_compiled: int = 0
     accel_kernels: int = 0     # groups run on the simulated accelerator
@@ -86,6 +89,7 @@ class CompileStats:
                 + (f"on the accelerator {self.accel_kernels}, " if self.accel_kernels else "")
                 + f"from the disk cache {self.from_disk}, from memory {self.from_memory}"
                 + (f"; {self.lowerings_cached} lowerings cached" if self.lowerings_cached else "")
+                + (f"; {self.llvm_shared} kernels in shared modules" if self.llvm_shared else "")
                 + ("; passes from the build cache" if self.optimize_cached else "")
                 + ")")
 
@@ -311,6 +315,10 @@ def compile_groups(functions: Iterable[Function], target=None, stats: CompileSta
 
     target = Target.parse(target)
     stats = stats if stats is not None else CompileStats()
+    if target.host.kind == "llvm":
+        # the idle cores are measured over the lowering, for the LLVM prefetcher's helpers
+        from .llvm.compile_worker import mark_cpu
+        mark_cpu()
     by_identity: dict = {}
     by_hash: dict = {}
     names: dict = {}
@@ -381,8 +389,9 @@ def _from_group_cache(func: Function, name: str, target: Target, cache_key, stat
         from .llvm.jit import host_target
         with config.Context(**knobs):
             prim_func = _lower_one(func, name, target, CompileStats())[0].prim_func
+        # a kernel sharing a module with others (codegen.share_phases) keeps its own key
         if llvm_key(KernelPlan(prim_func).key_text, host_target().identity) != \
-                manifest["kernel"]["digest"]:
+                manifest["kernel"].get("key", manifest["kernel"]["digest"]):
             import warnings
             warnings.warn(f"fused group {name}: the loop IR lowered again differs from the one "
                           "its cached kernel was compiled from (a stale entry of the lowering "
@@ -409,6 +418,8 @@ def _from_group_cache(func: Function, name: str, target: Target, cache_key, stat
     jit_after = _jit_stats()
     kernel.cache_origin = ("disk" if jit_after.get("from_disk", 0) > jit_before.get("from_disk", 0)
                            else "memory")
+    kernel.shared_with = manifest["kernel"].get("shared_with")
+    stats.llvm_shared += bool(kernel.shared_with)
     return kernel
 
 
@@ -469,6 +480,8 @@ def _prefetch(pending: list, stats: CompileStats) -> dict:
             found = prefetch(prim_funcs)
             stats.compile_seconds += sum(seconds for _, seconds in found.values())
             plans.update(found)
+    from .llvm.compile_worker import clear_mark
+    clear_mark()
     return plans
 
 
@@ -560,6 +573,14 @@ def _generate_one(func: Function, name: str, lowering: tuple, stats: CompileStat
     kernel.cache_origin = next((origin for key, origin in (("compiled", "compiled"), ("from_disk", "disk"),
                                                            ("from_memory", "memory"))
                                 if jit_after.get(key, 0) > jit_before.get(key, 0)), None)
+    shared = getattr(plan, "shared", None)
+    if shared is not None:  # its module holds other kernels too: where the first found it
+        stats.llvm_shared += 1
+        kernel.shared_with = compiled.manifest["shared_with"]
+        if getattr(shared, "origin", None) is None:
+            shared.origin = kernel.cache_origin
+        elif kernel.cache_origin == "memory":
+            kernel.cache_origin = shared.origin
     return kernel
 
 

@@ -167,6 +167,9 @@ def _kernel_rows(module) -> list:
         seconds = float(k.lower_seconds + k.compile_seconds)
         detail = (f"lower {k.lower_seconds * 1e3:.2f} ms, code {k.compile_seconds * 1e3:.2f} ms; "
                   f"{_CACHE_WORDS.get(cache, cache)}; ops: {', '.join(k.ops) or 'copy'}")
+        shared = getattr(k, "shared_with", None)
+        if shared:
+            detail += f"; one module with {', '.join(shared)} (common phases compiled once)"
         rows.append({"kind": "kernel", "name": k.name, "seconds": seconds, "skipped": False,
                      "detail": detail, "cache": cache})
     return rows

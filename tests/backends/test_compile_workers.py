@@ -42,6 +42,7 @@ def test_helpers_follow_the_idle_cores_measured_now(monkeypatch):
     import os
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
     monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(compile_worker, "_mark", None)
     samples = iter([(1000, 4000), (1300, 4400)])          # 300 of 400 jiffies idle: 3 cores
     monkeypatch.setattr(compile_worker, "_cpu_times", lambda: next(samples))
     monkeypatch.setattr(compile_worker.time, "sleep", lambda s: None)
@@ -55,6 +56,7 @@ def test_helpers_follow_the_idle_cores_measured_now(monkeypatch):
 def test_without_proc_stat_the_load_average_decides(monkeypatch):
     import os
     monkeypatch.setattr(compile_worker, "_cpu_times", lambda: None)
+    monkeypatch.setattr(compile_worker, "_mark", None)
     monkeypatch.setattr(os, "getloadavg", lambda: (1.5, 1.0, 1.0))
     assert compile_worker.idle_cores(4) == 3.5     # the load counts this process
 
@@ -64,6 +66,7 @@ def test_this_process_own_threads_do_not_count_as_busy_cores(monkeypatch):
     idle cores are measured; that core is the build's own, so it still counts as free."""
     import os
     monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(compile_worker, "_mark", None)
     samples = iter([(1000, 4000), (1200, 4400)])          # 200 of 400 jiffies idle: 2 cores
     monkeypatch.setattr(compile_worker, "_cpu_times", lambda: next(samples))
     monkeypatch.setattr(compile_worker.time, "sleep", lambda s: None)
@@ -72,6 +75,27 @@ def test_this_process_own_threads_do_not_count_as_busy_cores(monkeypatch):
     monkeypatch.setattr(compile_worker.time, "perf_counter", lambda: next(clock))
     monkeypatch.setattr(compile_worker.time, "process_time", lambda: next(own))
     assert compile_worker.idle_cores(4) == 3.0
+
+
+def test_a_mark_measures_since_it_was_made_and_nothing_waits(monkeypatch):
+    """A build marks the CPU times before it lowers its groups; the helpers' count then reads
+    the idle cores over the lowering, with no wait of its own, and the mark is used once."""
+    import os
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    samples = iter([(1000, 4000), (1100, 4400), (5000, 9000), (5400, 9400)])
+    monkeypatch.setattr(compile_worker, "_cpu_times", lambda: next(samples))
+    clock = iter([10.0, 12.0, 12.0, 20.0, 20.0, 21.0])
+    own = iter([5.0, 7.0, 30.0, 30.0])                       # busy two seconds of the two
+    monkeypatch.setattr(compile_worker.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(compile_worker.time, "process_time", lambda: next(own))
+    slept = []
+    monkeypatch.setattr(compile_worker.time, "sleep", slept.append)
+    compile_worker.mark_cpu()
+    # 100 of 400 jiffies idle (one core) + this process's own core: two idle, no wait
+    assert compile_worker.idle_cores(4) == 2.0 and slept == []
+    # the mark is spent: the next measurement waits its window (400 of 400 jiffies idle)
+    assert compile_worker.idle_cores(4) == 4.0 and slept == [0.05]
+    assert compile_worker._mark is None
 
 
 def test_vector_code_is_compiled_without_llvm_unrolling_its_loops():

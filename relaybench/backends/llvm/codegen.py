@@ -101,6 +101,14 @@ then the top-level temporaries, which the runtime allocates once per kernel (64-
 and passes in; a :class:`.runtime.PhasedKernel` runs the phases in order, every parallel one on
 every core. Temporaries allocated further in are per call (and per thread) as above.
 
+Kernels compiled together (:func:`compile_ahead`, a build's kernels) that have a large phase in
+common, the same loops over the same buffers, become one module (:func:`share_phases`): the
+common phase is one internal function taking only the buffers it uses, each kernel's phase a
+small function passing it the kernel's own; the manifest of each kernel names the shared
+module and its own functions (``k0_kernel_0``, ``k1_kernel_0``, ...). ResNet-18's Winograd
+layers come in pairs that differ only in the epilogue (with and without the residual ``add``):
+their padding, input transform and products are compiled once, not twice.
+
 Example (needs llvmlite)::
 
     >>> import numpy as np
@@ -129,7 +137,8 @@ from .compile_worker import NO_SLP
 from .jit import compile_module, host_target, int8_path, prefer_vector_width
 from .runtime import Kernel, PhasedKernel, Phase, TensorSpec
 
-__all__ = ["build_kernel", "CompiledKernel", "KernelPlan", "compile_ahead", "kernel_from_manifest",
+__all__ = ["build_kernel", "CompiledKernel", "KernelPlan", "SharedPhases", "compile_ahead",
+           "kernel_from_manifest", "share_phases", "SHARE_MIN_TEXT", "SHARE_MAX_KERNELS",
            "STACK_LIMIT_BYTES",
            "UNROLL_LIMIT", "VECTOR_LANES_LIMIT"]
 
@@ -314,17 +323,21 @@ def _decided(cond, ranges: dict):
     return (a[0] == b[0]) == (cond.op == "==")
 
 
-def _stored_buffers(stmt) -> set:
-    found, stack, seen = set(), [stmt], set()
+def _nodes(root):
+    """Every node under ``root`` (itself included), each once: a subexpression shared by several
+    parents is walked once."""
+    stack, seen = [root], set()
     while stack:
         node = stack.pop()
-        if id(node) in seen:        # a subexpression shared by several parents, walked once
+        if id(node) in seen:
             continue
         seen.add(id(node))
-        if isinstance(node, L.Store):
-            found.add(node.buffer)
+        yield node
         L.map_children(node, lambda child: stack.append(child) or child)
-    return found
+
+
+def _stored_buffers(stmt) -> set:
+    return {node.buffer for node in _nodes(stmt) if isinstance(node, L.Store)}
 
 
 def _element_type(ty):
@@ -2104,44 +2117,252 @@ class KernelPlan:
         self.key_text = (f"{_CODEGEN_VERSION}\n{shape}\nwide={self.builders[0].vectorize_wide}\n"
                          f"int8={self.builders[0].int8_path}\n{loops_text}")
         self._generated = False
+        self.shared: SharedPhases | None = None  # set by share_phases: the module it is part of
+        self._phase_keys = None
+
+    @property
+    def module_key(self) -> str:
+        """The cache key text of the module holding this kernel's code: its own
+        :attr:`key_text`, or its :class:`SharedPhases` module's."""
+        return self.key_text if self.shared is None else self.shared.key_text
+
+    def module_generate(self):
+        """The LLVM module holding this kernel's functions (its own, or the shared one)."""
+        return self.generate() if self.shared is None else self.shared.generate()
+
+    @property
+    def phase_names(self) -> list:
+        """The name of each phase's function (one function for an unphased kernel) in the
+        module :meth:`module_generate` makes."""
+        if self.shared is None:
+            return [builder.fn.name for builder in self.builders]
+        prefix = self.shared.prefix(self)
+        return [prefix + builder.fn.name for builder in self.builders]
+
+    def phase_keys(self) -> list | None:
+        """For a phased kernel of static shapes, ``(text length, key, positions)`` per phase:
+        the key is the phase's printed loop IR with the buffers it reads or writes (name, shape,
+        dtype, parameter or temporary) and whether it is parallel, the same for the same code;
+        ``positions`` are those buffers' places among the parameters then the temporaries.
+        None for any other kernel."""
+        if self._phase_keys is None:
+            self._phase_keys = False
+            if self.phases is not None and not L.size_vars_of(self.func.params):
+                temporaries, nests = self.phases
+                params = tuple(self.func.params) + tuple(temporaries)
+                inputs = len(self.func.params)
+                keys = []
+                for builder, nest in zip(self.builders, nests):
+                    used = _buffers_used(nest)
+                    positions = [j for j, b in enumerate(params) if b in used]
+                    buffers = ";".join(
+                        f"{'t' if j >= inputs else 'p'} {params[j].name} "
+                        f"{params[j].shape} {params[j].dtype}" for j in positions)
+                    text = L.to_text(nest)
+                    keys.append((len(text), f"{buffers}\nparallel="
+                                 f"{builder.parallel_loop is not None}\n{text}", positions))
+                self._phase_keys = keys
+        return self._phase_keys or None
 
     def generate(self):
         """The LLVM module with the function bodies (made once; most of the time of a build
         whose kernels are all cached would go here, so it is made only on a miss)."""
-        if self._generated is True:
-            return self.module
-        if self._generated is not False:  # it failed before: the same error again
-            raise self._generated
-        try:
-            for builder in self.builders:
-                builder.build()
-                if builder.parallel_loop is not None:
-                    _entry_trampoline(self.module, builder.fn)
-            if all(builder.b.scalar_work == 0 for builder in self.builders):
-                # all float arithmetic and every store to a buffer is vector code already: the
-                # SLP vectorizer, which packs scalar operations into vectors, finds nothing to
-                # pack (the object code is the same) and costs a fifth of LLVM's time on large
-                # straight-line kernels
-                self.module.add_named_metadata("rb.options",
-                                               [self.ir.MetaDataString(self.module, NO_SLP)])
-        except (TypeError, ValueError, AttributeError) as err:  # llvmlite rejects a construct
-            self._generated = CompileError(f"kernel {self.func.name}: LLVM code generation "
-                                           f"failed: {err}")
-            raise self._generated from err
-        except BaseException as err:
-            self._generated = err
-            raise
-        self._generated = True
+        return _generate_once(self, f"kernel {self.func.name}", self._fill)
+
+    def _fill(self):
+        for builder in self.builders:
+            builder.build()
+            if builder.parallel_loop is not None:
+                _entry_trampoline(self.module, builder.fn)
+        _mark_vector_code(self.module, self.builders)
         return self.module
+
+
+def _generate_once(owner, what: str, fill):
+    """``fill()``'s module, made once per ``owner`` (kept in its ``_generated``); a failure is
+    kept too and raised again on every call, llvmlite's rejections as a :class:`CompileError`
+    naming ``what``."""
+    state = owner._generated
+    if state is not False:
+        if isinstance(state, BaseException):
+            raise state
+        return state
+    try:
+        owner._generated = fill()
+    except (TypeError, ValueError, AttributeError) as err:  # llvmlite rejects a construct
+        owner._generated = CompileError(f"{what}: LLVM code generation failed: {err}")
+        raise owner._generated from err
+    except BaseException as err:
+        owner._generated = err
+        raise
+    return owner._generated
+
+
+def _mark_vector_code(module, builders) -> None:
+    """Mark ``module`` as vector code (:data:`NO_SLP`) when all float arithmetic and every
+    store to a buffer of its ``builders`` is: the SLP vectorizer, which packs scalar operations
+    into vectors, finds nothing to pack (the object code is the same) and costs a fifth of
+    LLVM's time on large straight-line kernels."""
+    if all(builder.b.scalar_work == 0 for builder in builders):
+        module.add_named_metadata("rb.options", [_ir().MetaDataString(module, NO_SLP)])
+
+
+SHARE_MIN_TEXT = 1000
+"""A phase whose printed loop IR is at least this many characters long, found the same (the same
+loops over the same buffers) in other kernels compiled together, makes those kernels one module
+(:func:`share_phases`); smaller phases (a padding copy) compile too fast to be worth it."""
+
+SHARE_MAX_KERNELS = 4
+"""At most this many kernels share one module, so that a build's modules still spread over the
+compiling processes."""
+
+
+def _buffers_used(stmt) -> set:
+    """The buffers ``stmt`` loads or stores, but those it allocates itself."""
+    found, local = set(), set()
+    for node in _nodes(stmt):
+        if isinstance(node, (L.Load, L.Store)):
+            found.add(node.buffer)
+        elif isinstance(node, L.Allocate):
+            local.add(node.buffer)
+    return found - local
+
+
+def share_phases(plans: Sequence[KernelPlan]) -> list:
+    """Put kernels that have a large phase in common into one module each, the common phases
+    compiled once; returns the :class:`SharedPhases` made.
+
+    Two kernels of one layer that differ only in what follows the layer (ResNet-18's Winograd
+    convolutions with and without the residual ``add``) have the same padding, input transform
+    and products, three of their four phases and most of their compile time. A phase of at
+    least :data:`SHARE_MIN_TEXT` characters of loop IR found in several plans (same text, same
+    buffers, see :meth:`KernelPlan.phase_keys`) groups them, up to :data:`SHARE_MAX_KERNELS` a
+    module, in the order given. A plan already in a module, one without phases or with symbolic
+    shapes, is left as it is.
+    """
+    keyed = [(plan, plan.phase_keys()) for plan in plans if plan.shared is None]
+    keyed = [(plan, keys) for plan, keys in keyed if keys]
+    seen: dict = {}   # large phase key -> the plans having it, in order
+    for plan, keys in keyed:
+        for length, key, _ in keys:
+            if length >= SHARE_MIN_TEXT:
+                users = seen.setdefault(key, [])
+                if not users or users[-1] is not plan:
+                    users.append(plan)
+    groups: list = []
+    for plan, keys in keyed:
+        if plan.shared is not None:
+            continue
+        group = [plan]
+        for length, key, _ in keys:
+            for other in seen.get(key, ()) if length >= SHARE_MIN_TEXT else ():
+                if other not in group and other.shared is None and \
+                        len(group) < SHARE_MAX_KERNELS:
+                    group.append(other)
+        if len(group) > 1:
+            shared = SharedPhases(group)
+            for member in group:
+                member.shared = shared
+            groups.append(shared)
+    return groups
+
+
+class SharedPhases:
+    """One LLVM module for several phased kernels (:func:`share_phases`): each phase found in
+    more than one of them is one internal function taking only the buffers it uses, called by a
+    small function per kernel that has the kernel's own arguments (``k<i>_kernel_<n>``, what
+    the kernel's manifest names); the other phases are the kernels' own functions, prefixed the
+    same way. Its cache key is its kernels' keys together, so it is found again when the same
+    kernels are compiled together."""
+
+    def __init__(self, plans: Sequence[KernelPlan]):
+        self.plans = list(plans)
+        self.name = "+".join(plan.func.name for plan in self.plans)
+        self.key_text = "shared phases\n" + "\n".join(plan.key_text for plan in self.plans)
+        self.origin = None   # where the build found the module (set by the build, for its view)
+        self._generated = False
+
+    def prefix(self, plan: KernelPlan) -> str:
+        return f"k{self.plans.index(plan)}_"
+
+    def generate(self):
+        """The module (made once)."""
+        return _generate_once(self, f"kernels {self.name}", self._fill)
+
+    def _fill(self):
+        ir = _ir()
+        module = ir.Module(name=self.name)
+        counts: dict = {}
+        for plan in self.plans:
+            for _, key, _ in plan.phase_keys():
+                counts[key] = counts.get(key, 0) + 1
+        common: dict = {}   # phase key -> its shared function
+        builders = []
+        for plan in self.plans:
+            temporaries, nests = plan.phases
+            params = tuple(plan.func.params) + tuple(temporaries)
+            inputs = len(plan.func.params)
+            prefix = self.prefix(plan)
+            for k, (nest, (_, key, positions)) in enumerate(zip(nests, plan.phase_keys())):
+                name = f"{prefix}kernel_{k}"
+                if counts[key] < 2:
+                    builder = _FunctionBuilder(plan.func, module, True, name=name, body=nest,
+                                               params=params, aligned=inputs)
+                    builder.build()
+                    builders.append(builder)
+                    fn = builder.fn
+                else:
+                    if key not in common:
+                        builder = _FunctionBuilder(
+                            plan.func, module, True, name=f"shared_{len(common)}", body=nest,
+                            params=[params[j] for j in positions],
+                            aligned=sum(1 for j in positions if j < inputs))
+                        builder.build()
+                        builder.fn.linkage = "internal"
+                        builder.fn.attributes.add("noinline")
+                        builders.append(builder)
+                        common[key] = builder.fn
+                    fn = _forwarder(module, name, common[key], params, positions,
+                                    parallel=plan.builders[k].parallel_loop is not None)
+                if plan.builders[k].parallel_loop is not None:
+                    _entry_trampoline(module, fn)
+        _mark_vector_code(module, builders)
+        return module
+
+
+def _forwarder(module, name: str, target, params, positions, parallel: bool):
+    """``name(every parameter, [begin, end])`` calling ``target`` with the parameters at
+    ``positions`` (and ``begin, end`` for a parallel phase)."""
+    ir = _ir()
+    i64 = ir.IntType(64)
+    types = [ir.PointerType(_memory_type(b.dtype)) for b in params] + ([i64, i64] if parallel
+                                                                        else [])
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), types), name)
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    args = [fn.args[j] for j in positions] + (list(fn.args[-2:]) if parallel else [])
+    b.call(target, args)
+    b.ret_void()
+    return fn
 
 
 def compile_ahead(plans: Sequence[KernelPlan], cache: bool = True) -> dict:
     """Compile the kernels of ``plans`` that no cache holds, on several cores at once (see
     :meth:`.jit.JIT.compile_ahead`); :func:`build_kernel` with each plan then loads them.
-    Returns ``{plan.key_text: LLVM seconds}`` of those compiled."""
+    Kernels with the same large phases are first put into shared modules
+    (:func:`share_phases`). Returns ``{plan.key_text: LLVM seconds}`` of those compiled (a
+    shared module's seconds split evenly among its kernels)."""
     from .jit import get_jit
-    jobs = [(plan.generate, plan.key_text, plan.func.name) for plan in plans]
-    return get_jit().compile_ahead(jobs, cache=cache)
+    share_phases(plans)
+    jobs, members = [], {}
+    for plan in plans:
+        if plan.module_key not in members:
+            name = plan.func.name if plan.shared is None else plan.shared.name
+            jobs.append((plan.module_generate, plan.module_key, name))
+        members.setdefault(plan.module_key, []).append(plan.key_text)
+    seconds = get_jit().compile_ahead(jobs, cache=cache)
+    # a shared module's time is split among its kernels
+    return {key_text: spent / len(members[key])
+            for key, spent in seconds.items() for key_text in members[key]}
 
 
 def build_kernel(func: L.PrimFunc, parallel: bool = True, *,
@@ -2162,18 +2383,24 @@ def build_kernel(func: L.PrimFunc, parallel: bool = True, *,
     if plan is None or plan.func is not func or plan.parallel != parallel:
         plan = KernelPlan(func, parallel)
     phases, builders, temporaries = plan.phases, plan.builders, plan.temporaries
-    compiled = compile_module(plan.generate, key=plan.key_text, name=func.name, cache=cache)
+    name = func.name if plan.shared is None else plan.shared.name
+    compiled = compile_module(plan.module_generate, key=plan.module_key, name=name, cache=cache)
     stored = _stored_buffers(func.body)
     # a symbolic extent accepts any size here; the caller checks it against the sizes it passes
     manifest = {
         "digest": compiled.key,
         "params": [[b.name, [d if isinstance(d, int) else None for d in b.shape], b.dtype,
                     b in stored] for b in func.params],
-        "phases": [[builder.fn.name, None if builder.parallel_loop is None
-                    else _parallel_extent(func, builder.parallel_loop)] for builder in builders],
+        "phases": [[fn_name, None if builder.parallel_loop is None
+                    else _parallel_extent(func, builder.parallel_loop)]
+                   for fn_name, builder in zip(plan.phase_names, builders)],
         "temporaries": None if phases is None else [[b.name, list(b.shape), b.dtype]
                                                      for b in temporaries],
     }
+    if plan.shared is not None:  # the kernel's own key, for checking a lowering made again
+        from .cache import cache_key
+        manifest["key"] = cache_key(plan.key_text, host_target().identity)
+        manifest["shared_with"] = [p.func.name for p in plan.shared.plans if p is not plan]
     kernel = _kernel_of(func.name, compiled, manifest, num_threads)
     result = CompiledKernel(func, compiled, kernel, plan.key_text)
     result.manifest = manifest

@@ -35,7 +35,8 @@ import threading
 import time
 from collections import deque
 
-__all__ = ["compile_object", "WorkerPool", "worker_count", "idle_cores", "NO_SLP"]
+__all__ = ["compile_object", "WorkerPool", "worker_count", "idle_cores", "mark_cpu",
+           "clear_mark", "NO_SLP"]
 
 
 NO_SLP = "rb.no-slp"
@@ -118,20 +119,47 @@ def _cpu_times():
     return values[3] + values[4], sum(values)
 
 
+_mark = None   # (/proc/stat's times, this process's CPU time, wall clock) from mark_cpu()
+
+
+def mark_cpu() -> None:
+    """Start measuring the idle cores now, for the next :func:`idle_cores` (a build calls it
+    before it lowers its groups, so that the measurement spans work it does anyway instead of a
+    wait of its own)."""
+    global _mark
+    before = _cpu_times()
+    _mark = None if before is None else (before, time.process_time(), time.perf_counter())
+
+
+def clear_mark() -> None:
+    """Forget a :func:`mark_cpu` no :func:`idle_cores` used (a build that compiled nothing)."""
+    global _mark
+    _mark = None
+
+
 def idle_cores(cores: int, window: float = 0.05) -> float:
     """How many of ``cores`` no other process used over the next ``window`` seconds
     (``/proc/stat``, sampled twice, plus what this process's own threads used meanwhile: a
     thread of the build writing its cache entry does not keep the helpers away); where there is
-    no ``/proc/stat``, the cores less the load average.
+    no ``/proc/stat``, the cores less the load average. After :func:`mark_cpu`, at least
+    ``window`` and at most 10 seconds ago, the measurement spans the time since the mark, and
+    nothing waits.
 
     >>> 0.0 <= idle_cores(2) <= 2.0
     True
     """
-    before = _cpu_times()
-    if before is not None:
-        own, wall = time.process_time(), time.perf_counter()
-        time.sleep(window)
+    global _mark
+    mark, _mark = _mark, None
+    if mark is not None and window <= time.perf_counter() - mark[2] <= 10.0:
+        before, own, wall = mark
         after = _cpu_times()
+    else:
+        before = _cpu_times()
+        own, wall = time.process_time(), time.perf_counter()
+        if before is not None:
+            time.sleep(window)
+            after = _cpu_times()
+    if before is not None:
         own = time.process_time() - own
         wall = time.perf_counter() - wall
         if after is not None and after[1] > before[1]:
