@@ -310,7 +310,7 @@ def compile_groups(functions: Iterable[Function], target=None, stats: CompileSta
     (``fused_nn_conv2d_add_nn_relu``), made unique with ``_1``, ``_2``, ... in order of first use.
     """
     from ..ir.structural import structural_equal, structural_hash
-    from .group_cache import group_key
+    from .group_cache import group_key, key_prefix
     from .lowering import group_name
 
     target = Target.parse(target)
@@ -322,6 +322,7 @@ def compile_groups(functions: Iterable[Function], target=None, stats: CompileSta
     by_identity: dict = {}
     by_hash: dict = {}
     names: dict = {}
+    prefix = key_prefix(target)
     pending: list = []   # [func, name, its GroupKernel or the lowering to generate code for,
     #                       its lowering cache key or None]
     for func in functions:
@@ -335,7 +336,7 @@ def compile_groups(functions: Iterable[Function], target=None, stats: CompileSta
             count = names.get(base, 0)
             names[base] = count + 1
             name = base if count == 0 else f"{base}_{count}"
-            cache_key = group_key(func, name, target)
+            cache_key = group_key(func, name, target, prefix)
             kernel = _from_group_cache(func, name, target, cache_key, stats)
             found = [func, name, kernel or _lower_one(func, name, target, stats), cache_key]
             pending.append(found)

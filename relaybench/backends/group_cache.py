@@ -43,7 +43,7 @@ from collections import OrderedDict
 from .. import config
 from .disk_cache import DiskCache, sources_digest
 
-__all__ = ["GroupCache", "group_key", "get_group_cache", "MANIFEST_FORMAT"]
+__all__ = ["GroupCache", "group_key", "key_prefix", "get_group_cache", "MANIFEST_FORMAT"]
 
 MANIFEST_FORMAT = 1
 
@@ -73,19 +73,30 @@ def _steps_aside(target) -> bool:
     return has_user_registrations()
 
 
-def group_key(func, name: str, target) -> str | None:
-    """The cache key of the lowering of ``func`` (a Primitive function) named ``name`` for
-    ``target``, or None where the cache steps aside (see the module)."""
+def key_prefix(target) -> str | None:
+    """What every group's key for ``target`` holds besides the group (the format, the sources,
+    the target and host, the knobs, the tuning logs' stamps), or None where the cache steps
+    aside: a build works it out once for all its groups (:func:`group_key`'s ``prefix``)."""
     if _steps_aside(target):
         return None
     from ..autotune.dispatch import _knob_logs_stamp
-    from ..ir.structural import structural_hash
     from .llvm.jit import host_target
     knobs = [(k, str(config.get(k))) for k in LOWERING_KNOBS]
-    parts = (f"format={MANIFEST_FORMAT}", sources_digest(_SOURCES), str(target),
-             host_target().identity, repr(knobs), repr(_knob_logs_stamp()), name,
-             str(structural_hash(func, constant_data=False)))
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+    return "\n".join((f"format={MANIFEST_FORMAT}", sources_digest(_SOURCES), str(target),
+                      host_target().identity, repr(knobs), repr(_knob_logs_stamp())))
+
+
+def group_key(func, name: str, target, prefix=False) -> str | None:
+    """The cache key of the lowering of ``func`` (a Primitive function) named ``name`` for
+    ``target``, or None where the cache steps aside (see the module). ``prefix`` is
+    :func:`key_prefix` of ``target`` when the caller has it already."""
+    if prefix is False:
+        prefix = key_prefix(target)
+    if prefix is None:
+        return None
+    from ..ir.structural import structural_hash
+    text = f"{prefix}\n{name}\n{structural_hash(func, constant_data=False)}"
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 class GroupCache(DiskCache):

@@ -152,3 +152,25 @@ def test_winograd_pair_shares_its_module_and_agrees_with_the_interpreter(tmp_pat
         np.testing.assert_allclose(np.asarray(lib.run(data=data)), want, rtol=1e-4, atol=1e-4)
     details = [row["detail"] for row in view.rows if "winograd" in row["name"]]
     assert len(details) == 2 and all("one module with fused_" in d for d in details)
+
+
+def test_the_largest_modules_are_compiled_first(small_phases, monkeypatch):
+    """compile_ahead hands the helpers the longest compiles first (by their loop IR); a shared
+    module is one job, its LLVM time split among its kernels."""
+    from relaybench.backends.llvm import jit
+    seen = []
+
+    def record(self, jobs, cache=True):
+        seen.extend(jobs)
+        return {key: 1.0 for _, key, _ in jobs}
+    monkeypatch.setattr(jit.JIT, "compile_ahead", record)
+    plans = [KernelPlan(phased("order_a", 7.0, plus_transpose)),
+             KernelPlan(phased("order_b", 7.0, times_c)),
+             KernelPlan(L.PrimFunc("order_small", (L.Buffer("A", (4,), "float32"),),
+                                   L.Store(L.Buffer("A", (4,), "float32"), (0,), 1.0)))]
+    plans.insert(0, plans.pop())      # the small one first among the plans
+    seconds = codegen.compile_ahead(plans)
+    assert [name for _, _, name in seen] == ["order_a+order_b", "order_small"]
+    assert [len(key) for _, key, _ in seen] == sorted((len(k) for _, k, _ in seen), reverse=True)
+    assert seconds[plans[1].key_text] == seconds[plans[2].key_text] == 0.5
+    assert seconds[plans[0].key_text] == 1.0

@@ -2359,6 +2359,9 @@ def compile_ahead(plans: Sequence[KernelPlan], cache: bool = True) -> dict:
             name = plan.func.name if plan.shared is None else plan.shared.name
             jobs.append((plan.module_generate, plan.module_key, name))
         members.setdefault(plan.module_key, []).append(plan.key_text)
+    # the largest first (by their loop IR, which LLVM's time follows): the helpers start on
+    # the long compiles and the short ones even out the end
+    jobs.sort(key=lambda job: -len(job[1]))
     seconds = get_jit().compile_ahead(jobs, cache=cache)
     # a shared module's time is split among its kernels
     return {key_text: spent / len(members[key])
