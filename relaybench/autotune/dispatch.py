@@ -66,10 +66,13 @@ class ApplyHistoryBest(DispatchContext):
     def __init__(self, records):
         super().__init__()
         from .record import best_by_workload, load_records
+        source = None
         if isinstance(records, (str, Path)) or (isinstance(records, (list, tuple)) and records
                                                and isinstance(records[0], (str, Path))):
+            source = records
             records = load_records(records)
         self.best = best_by_workload(records)
+        _warn_other_registers(self.best.values(), source)
 
     def lookup(self, workload):
         record = self.best.get(workload.key)
@@ -80,6 +83,29 @@ class ApplyHistoryBest(DispatchContext):
 
     def __repr__(self) -> str:
         return f"ApplyHistoryBest({len(self.best)} workloads)"
+
+
+def _warn_other_registers(records, source) -> None:
+    """Warn when every record was measured on a CPU whose vector registers are not this host's
+    (AVX-512's 32 or not): its register tiles were chosen for those and may spill here. The
+    shipped logs of the other kind are never applied by default (see ``shipped_logs``)."""
+    from .record import _has_avx512, host_cpu
+    kinds = {_has_avx512(r.cpu) for r in records if r.cpu}
+    if len(kinds) != 1:
+        return
+    try:
+        wide = _has_avx512(host_cpu())
+    except Exception:   # no llvmlite: nothing is compiled here
+        return
+    (measured,) = kinds
+    if measured != wide:
+        import warnings
+        what = f"tuning log {source}" if source is not None else "these tuning records"
+        have = "with AVX-512 (32 vector registers)" if measured else "without AVX-512"
+        host = "this host has none" if measured else "this host has AVX-512"
+        warnings.warn(f"{what} was measured on a CPU {have}; {host}, so its register tiles "
+                      "may not suit it (tune here, or leave RB_AUTOTUNE_LOG=shipped, which "
+                      "applies only logs of this host's kind)", stacklevel=4)
 
 
 def apply_history_best(log) -> ApplyHistoryBest:

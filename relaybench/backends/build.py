@@ -323,6 +323,7 @@ def compile_groups(functions: Iterable[Function], target=None, stats: CompileSta
     by_hash: dict = {}
     names: dict = {}
     prefix = key_prefix(target)
+    misses = 0           # groups lowered here (not read from the lowering cache)
     pending: list = []   # [func, name, its GroupKernel or the lowering to generate code for,
     #                       its lowering cache key or None]
     for func in functions:
@@ -338,6 +339,12 @@ def compile_groups(functions: Iterable[Function], target=None, stats: CompileSta
             name = base if count == 0 else f"{base}_{count}"
             cache_key = group_key(func, name, target, prefix)
             kernel = _from_group_cache(func, name, target, cache_key, stats)
+            if kernel is None:
+                misses += 1
+                if misses == 3 and target.host.kind == "llvm":
+                    # compiles to come: a helper process may start while the rest is lowered
+                    from .llvm.compile_worker import prestart
+                    prestart()
             found = [func, name, kernel or _lower_one(func, name, target, stats), cache_key]
             pending.append(found)
             bucket.append((func, found))
@@ -481,8 +488,9 @@ def _prefetch(pending: list, stats: CompileStats) -> dict:
             found = prefetch(prim_funcs)
             stats.compile_seconds += sum(seconds for _, seconds in found.values())
             plans.update(found)
-    from .llvm.compile_worker import clear_mark
+    from .llvm.compile_worker import clear_mark, release_spare
     clear_mark()
+    release_spare()
     return plans
 
 

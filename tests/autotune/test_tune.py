@@ -7,6 +7,7 @@ import math
 import sys
 
 import numpy as np
+import pytest
 
 import relaybench as rb
 from relaybench import autotune
@@ -172,6 +173,24 @@ def test_shipped_logs_follow_the_hosts_vector_registers(monkeypatch):
         monkeypatch.setattr(record, "host_cpu", lambda f=features: {"model": "x", "llvm_cpu": "y",
                                                                     "features": f})
         assert record.shipped_logs() == [p for p in logs if kinds[p] in (None, wide)]
+
+
+def test_a_log_of_the_other_vector_registers_is_applied_with_a_warning(monkeypatch, tmp_path):
+    import warnings
+    from relaybench.autotune import record
+    logs = {wide: next(p for p in sorted(record.LOG_DIR.glob("*.jsonl"))
+                       if record._log_avx512(p) is wide) for wide in (True, False)}
+    for wide in (True, False):
+        features = "+avx2,+avx512f" if wide else "+avx2,-avx512f"
+        monkeypatch.setattr(record, "host_cpu", lambda f=features: {"model": "x", "llvm_cpu": "y",
+                                                                    "features": f})
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            same = autotune.apply_history_best(logs[wide])     # this host's kind: no warning
+        with pytest.warns(UserWarning, match="tuning log .* was measured on a CPU "
+                          + ("without AVX-512" if wide else "with AVX-512")):
+            other = autotune.apply_history_best(logs[not wide])
+        assert len(same) > 0 and len(other) > 0       # applied all the same
 
 
 def test_the_default_keeps_its_place_within_the_noise_margin():

@@ -98,6 +98,71 @@ def test_a_mark_measures_since_it_was_made_and_nothing_waits(monkeypatch):
     assert compile_worker._mark is None
 
 
+def _dense_chain(rng):
+    x = var("x", shape=(3, 41))
+    weights = [rng.standard_normal(shape).astype("float32") * 0.3
+               for shape in ((29, 41), (23, 29), (13, 23), (7, 13))]
+    y = x
+    for k, w in enumerate(weights):
+        y = op.nn.dense(y, const(w))
+        y = op.tanh(y) if k % 2 == 0 else op.exp(op.multiply(y, const(np.float32(0.1))))
+    return IRModule.from_expr(Function([x], y)), weights
+
+
+def test_a_helper_started_during_lowering_is_the_one_the_pool_uses(monkeypatch, tmp_path):
+    """Once a build has lowered its third group on an idle machine, a helper process starts
+    loading while the rest is lowered; the pool then compiles with it and starts no other."""
+    import time
+    monkeypatch.setenv("RB_CACHE_DIR", str(tmp_path / "kernels"))
+    started = []
+
+    class Counting(compile_worker._Worker):
+        def __init__(self):
+            super().__init__()
+            started.append(self)
+    monkeypatch.setattr(compile_worker, "_Worker", Counting)
+    # every CPU idle since a mark made a second ago
+    monkeypatch.setattr(compile_worker, "mark_cpu", lambda: setattr(
+        compile_worker, "_mark", ((0, 0), time.process_time(), time.perf_counter() - 1.0)))
+    monkeypatch.setattr(compile_worker, "_cpu_times", lambda: (100, 100))
+    counts = []
+    real_count = compile_worker.worker_count
+    monkeypatch.setattr(compile_worker, "worker_count",
+                        lambda jobs: counts.append((jobs, len(compile_worker._spare))) or 1)
+    rng = np.random.default_rng(5)
+    mod, weights = _dense_chain(rng)
+    lib = rb.build(mod, target="llvm")
+    assert counts and counts[0][1] == 1          # the spare was there when the pool was sized
+    assert len(started) == 1 and compile_worker._spare == []
+    data = rng.standard_normal((3, 41)).astype("float64")
+    want = data
+    for k, w in enumerate(weights):
+        want = want @ w.T.astype("float64")
+        want = np.tanh(want) if k % 2 == 0 else np.exp(want * 0.1)
+    np.testing.assert_allclose(np.asarray(lib.run(x=data.astype("float32"))), want, rtol=1e-4,
+                               atol=1e-5)
+    # the spare counts as an idle core of the build's own when the helpers are counted
+    monkeypatch.setattr(compile_worker, "worker_count", real_count)
+    monkeypatch.setattr(compile_worker, "_cores", lambda: 2)
+    monkeypatch.setattr(compile_worker, "idle_cores", lambda cores: 0.9)
+    assert compile_worker.worker_count(10) == 0
+    monkeypatch.setattr(compile_worker, "_spare", [object()])
+    assert compile_worker.worker_count(10) == 1
+
+
+def test_no_helper_starts_ahead_on_a_busy_machine(monkeypatch):
+    import time
+    monkeypatch.setattr(compile_worker, "_spare", [])
+    monkeypatch.setattr(compile_worker, "_cores", lambda: 2)
+    monkeypatch.setattr(compile_worker, "_Worker", lambda: pytest.fail("a helper started"))
+    own = time.process_time() - 0.5            # half a core of our own over the last second
+    monkeypatch.setattr(compile_worker, "_mark", ((0, 0), own, time.perf_counter() - 1.0))
+    monkeypatch.setattr(compile_worker, "_cpu_times", lambda: (10, 400))   # others busy
+    assert compile_worker.prestart() is False
+    monkeypatch.setattr(compile_worker, "_mark", None)                       # no mark: no start
+    assert compile_worker.prestart() is False
+
+
 def test_vector_code_is_compiled_without_llvm_unrolling_its_loops():
     """A module marked as vector code already (!rb.options "rb.no-slp") keeps its loops as the
     schedule left them; unmarked, LLVM unrolls a loop of four calls into four calls."""

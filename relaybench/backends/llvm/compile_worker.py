@@ -36,7 +36,7 @@ import time
 from collections import deque
 
 __all__ = ["compile_object", "WorkerPool", "worker_count", "idle_cores", "mark_cpu",
-           "clear_mark", "NO_SLP"]
+           "clear_mark", "prestart", "release_spare", "NO_SLP"]
 
 
 NO_SLP = "rb.no-slp"
@@ -96,14 +96,54 @@ def worker_count(jobs: int) -> int:
     """
     if jobs < 3:
         return 0
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
+    cores = _cores()
     if cores < 2:
         return 0
-    idle = idle_cores(cores)
+    # a helper started ahead (prestart) was busy starting while the cores were measured: its
+    # core is the build's own
+    idle = idle_cores(cores) + len(_spare)
     return max(0, min(int(idle + 0.5) - 1, cores - 1, jobs - 1, 7))
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+_spare: list = []   # helpers started ahead of the pool that will use them (prestart)
+
+
+def prestart() -> bool:
+    """Start one helper process now, ahead of the :class:`WorkerPool` that is to use it, when a
+    core has been idle since :func:`mark_cpu`: a build calls it once it knows it will compile
+    (its third group lowered), so that the helper's start (Python and LLVM loading, about 0.3 s)
+    overlaps the rest of the lowering instead of the compiles. Returns whether it started one;
+    :func:`release_spare` closes one no pool took."""
+    if _spare or _mark is None or _cores() < 2:
+        return False
+    before, own, wall = _mark
+    wall = time.perf_counter() - wall
+    after = _cpu_times()
+    if wall < 0.02 or after is None or after[1] <= before[1]:
+        return False
+    share = (after[0] - before[0]) / (after[1] - before[1])
+    idle = share * (os.cpu_count() or 1) + (time.process_time() - own) / wall
+    if idle < 1.5:
+        return False
+    try:
+        _spare.append(_Worker())
+    except OSError:
+        return False
+    return True
+
+
+def release_spare() -> None:
+    """Close the helpers started ahead that no pool took (from a thread: one may still be
+    starting, and the build need not wait for it to exit)."""
+    while _spare:
+        threading.Thread(target=_spare.pop().close, daemon=True).start()
 
 
 def _cpu_times():
@@ -234,9 +274,12 @@ class WorkerPool:
 
         def helper():
             try:
-                worker = _Worker()
-            except OSError:
-                return
+                worker = _spare.pop()       # one started ahead, already loaded
+            except IndexError:
+                try:
+                    worker = _Worker()
+                except OSError:
+                    return
             try:
                 while True:
                     job = take(wait=True)
