@@ -121,16 +121,10 @@ def prestart() -> bool:
     (its third group lowered), so that the helper's start (Python and LLVM loading, about 0.3 s)
     overlaps the rest of the lowering instead of the compiles. Returns whether it started one;
     :func:`release_spare` closes one no pool took."""
-    if _spare or _mark is None or _cores() < 2:
+    if _spare or _mark is None or _cores() < 2 or time.perf_counter() - _mark[2] < 0.02:
         return False
-    before, own, wall = _mark
-    wall = time.perf_counter() - wall
-    after = _cpu_times()
-    if wall < 0.02 or after is None or after[1] <= before[1]:
-        return False
-    share = (after[0] - before[0]) / (after[1] - before[1])
-    idle = share * (os.cpu_count() or 1) + (time.process_time() - own) / wall
-    if idle < 1.5:
+    idle = _idle_since(_mark, 0.02)
+    if idle is None or idle < 1.5:
         return False
     try:
         _spare.append(_Worker())
@@ -177,6 +171,19 @@ def clear_mark() -> None:
     _mark = None
 
 
+def _idle_since(mark: tuple, window: float):
+    """Idle cores from ``mark`` (``(/proc/stat's times, this process's CPU time, wall clock)``)
+    until now, this process's own use counted as idle; None when ``/proc/stat`` cannot tell."""
+    before, own, start = mark
+    after = _cpu_times()
+    if after is None or after[1] <= before[1]:
+        return None
+    share = (after[0] - before[0]) / (after[1] - before[1])
+    own = (time.process_time() - own) / max(time.perf_counter() - start, window)
+    # /proc/stat counts every CPU of the machine; this process may see fewer
+    return share * (os.cpu_count() or 1) + own
+
+
 def idle_cores(cores: int, window: float = 0.05) -> float:
     """How many of ``cores`` no other process used over the next ``window`` seconds
     (``/proc/stat``, sampled twice, plus what this process's own threads used meanwhile: a
@@ -190,23 +197,14 @@ def idle_cores(cores: int, window: float = 0.05) -> float:
     """
     global _mark
     mark, _mark = _mark, None
-    if mark is not None and window <= time.perf_counter() - mark[2] <= 10.0:
-        before, own, wall = mark
-        after = _cpu_times()
-    else:
+    if mark is None or not window <= time.perf_counter() - mark[2] <= 10.0:
         before = _cpu_times()
-        own, wall = time.process_time(), time.perf_counter()
-        if before is not None:
+        mark = None if before is None else (before, time.process_time(), time.perf_counter())
+        if mark is not None:
             time.sleep(window)
-            after = _cpu_times()
-    if before is not None:
-        own = time.process_time() - own
-        wall = time.perf_counter() - wall
-        if after is not None and after[1] > before[1]:
-            share = (after[0] - before[0]) / (after[1] - before[1])
-            # /proc/stat counts every CPU of the machine; this process may see fewer
-            idle = share * (os.cpu_count() or cores) + own / max(wall, window)
-            return max(0.0, min(float(cores), idle))
+    idle = None if mark is None else _idle_since(mark, window)
+    if idle is not None:
+        return max(0.0, min(float(cores), idle))
     try:
         return max(0.0, cores - os.getloadavg()[0] + 1.0)    # the load counts this process
     except (AttributeError, OSError):
