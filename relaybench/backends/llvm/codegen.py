@@ -748,8 +748,9 @@ class _NumberingBuilder:
 
     def _key(self, method: str, args, kwargs):
         try:
-            operands = tuple(self._operand(a) for a in args)
-            extra = tuple(sorted((k, self._operand(v)) for k, v in kwargs.items() if k != "name"))
+            operands = tuple(map(self._operand, args))
+            extra = tuple(sorted((k, self._operand(v)) for k, v in kwargs.items()
+                                 if k != "name")) if kwargs else ()
         except _NotNumbered:
             return None
         return (method, operands, extra)
