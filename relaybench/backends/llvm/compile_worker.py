@@ -89,10 +89,10 @@ def worker_count(jobs: int) -> int:
     3 jobs (starting a helper costs about as much as a small kernel). On a machine whose cores
     are busy, a helper only slows the build down.
 
-    The idle cores are measured (:func:`idle_cores`: the CPU time no process used over the
-    last 50 ms, while this one waits), not read from the load average, which counts this
-    process's own work of the last minute: a 2-core machine on which only this process had been
-    busy reads a load of 1 or more, and a build there would compile alone on one core.
+    The idle cores are measured (:func:`idle_cores`: the CPU time no process used since the
+    build's :func:`mark_cpu`, or over 50 ms of waiting), not read from the load average, which
+    counts this process's own work of the last minute: a 2-core machine on which only this
+    process had been busy reads a load of 1 or more, and a build there would compile alone.
     """
     if jobs < 3:
         return 0
@@ -161,8 +161,12 @@ def mark_cpu() -> None:
     before it lowers its groups, so that the measurement spans work it does anyway instead of a
     wait of its own)."""
     global _mark
+    _mark = _take_mark()
+
+
+def _take_mark():
     before = _cpu_times()
-    _mark = None if before is None else (before, time.process_time(), time.perf_counter())
+    return None if before is None else (before, time.process_time(), time.perf_counter())
 
 
 def clear_mark() -> None:
@@ -198,8 +202,7 @@ def idle_cores(cores: int, window: float = 0.05) -> float:
     global _mark
     mark, _mark = _mark, None
     if mark is None or not window <= time.perf_counter() - mark[2] <= 10.0:
-        before = _cpu_times()
-        mark = None if before is None else (before, time.process_time(), time.perf_counter())
+        mark = _take_mark()
         if mark is not None:
             time.sleep(window)
     idle = None if mark is None else _idle_since(mark, window)
