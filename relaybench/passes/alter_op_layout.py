@@ -73,6 +73,15 @@ moves nothing, and becomes a ``reshape`` (:func:`transforms_as_reshapes`, run at
 pass), which the graph executor runs as a view, no copy. An RGB image under a 3x3 or 7x7
 window keeps ``NCHW3c``.
 
+**Images as one row.** An operator may register ``FFlattenImage``, ``fn(attrs, tinfos,
+out_type) -> bool``: whether the call, once in its blocked layouts, runs better on its image
+as one row of ``H * W`` pixels (:func:`flatten_images`, run at the end of the pass). A 1x1
+stride-1 convolution computes each pixel from the same pixel of its input, so
+``(N, C, H, W, c)`` and ``(N, C, 1, H * W, c)`` are the same computation on the same memory,
+and its register tiles may then take any number of pixels, not only a divisor of the width. The
+x86 policy asks for it on hosts without AVX-512, where the 16 registers hold a tile of 6
+pixels by 16 channels and no divisor of a width of 7, 14, 28 or 56 makes such a tile.
+
 **Grouped convolutions.** A depthwise convolution (``groups`` equal to the input channels) is
 blocked like the others, its kernel ``OIHW1i{y}o`` (one input channel per group). Other grouped
 convolutions keep ``NCHW``, as Relay's x86 schedules do; the layout is transformed back around
@@ -107,11 +116,11 @@ import numpy as np
 from ..ir.expr import Constant
 from ..ir.layout import Layout
 from ..ir.types import TensorType
-from ..op.registry import get_op_attr, op_attr_registrations
+from ..op.registry import get_op_attr
 from ._layout_rules import rewrite_layouts
 from .dataflow_pattern import DFPatternCallback, is_constant, is_op, rewrite, wildcard
 from .infra import module_pass, rewrite_each_function
-from .legalize import current_target, load_target_policies
+from .legalize import current_target, registered_for
 
 __all__ = ["AlterOpLayout", "channel_block", "int8_channel_block", "register_channel_block",
            "x86_conv2d_layouts", "current_max_block"]
@@ -358,14 +367,7 @@ def _hook(fn):
 def alter_layout_hooks(target) -> dict:
     """Operator name -> rewriter hook, for every operator with an ``FTVMAlterOpLayout`` for
     ``target`` (the target's own policies loaded first)."""
-    load_target_policies(target)
-    hooks = {}
-    for name, key, _level, _target in op_attr_registrations():
-        if key == "FTVMAlterOpLayout" and name not in hooks:
-            fn = get_op_attr(name, key, target=target)
-            if fn is not None:
-                hooks[name] = _hook(fn)
-    return hooks
+    return {name: _hook(fn) for name, fn in registered_for(target, "FTVMAlterOpLayout").items()}
 
 
 @module_pass(opt_level=3)
@@ -390,7 +392,8 @@ def AlterOpLayout(mod, ctx, *, max_block: int = 16):
         out = rewrite_layouts(mod, hooks)
     finally:
         _MAX_BLOCK.reset(token)
-    return transforms_as_reshapes(fold_flatten_into_dense(out))
+    return flatten_images(transforms_as_reshapes(fold_flatten_into_dense(out)),
+                          current_target(ctx))
 
 
 MOVES_NOTHING_MAX_ELEMENTS = 1 << 22
@@ -467,6 +470,117 @@ def transforms_as_reshapes(mod):
 
     return rewrite_each_function(mod, lambda func: Rewriter().visit(func),
                                  ops=("layout_transform",))
+
+
+def flatten_hooks(target) -> dict:
+    """Operator name -> its ``FFlattenImage`` for ``target`` (the target's policies loaded)."""
+    return registered_for(target, "FFlattenImage")
+
+
+def _full_and_flat(ty):
+    """``(shape, flat shape)`` of a static rank-5 blocked image type ``(N, C, H, W, c)`` with
+    ``H > 1``; None otherwise."""
+    if not isinstance(ty, TensorType) or not ty.is_static or len(ty.shape) != 5:
+        return None
+    shape = tuple(int(d) for d in ty.shape)
+    if shape[2] <= 1:
+        return None
+    return shape, (shape[0], shape[1], 1, shape[2] * shape[3], shape[4])
+
+
+def _pixelwise(call) -> bool:
+    """Whether ``call`` computes each element from the elements at the same place (an
+    elementwise or broadcast operator whose attributes name no axis but the channels)."""
+    from ..op.registry import OpPattern
+    pattern = get_op_attr(call.op, "TOpPattern")
+    if pattern is None or int(pattern) > OpPattern.BROADCAST:
+        return False
+    for key, value in dict(call.attrs).items():
+        if "layout" in key or "shape" in key or "axes" in key:
+            return False
+        if "axis" in key and value not in (1, -4):
+            return False
+    return True
+
+
+def flatten_images(mod, target):
+    """``mod`` with each call whose operator's ``FFlattenImage`` (for ``target``) says so computed
+    on its image as one row: ``f(x, w)`` of type ``(N, O, H, W, o)`` becomes ``reshape(f(x', w),
+    (N, O, H, W, o))`` with ``x'`` the ``(N, C, 1, H * W, c)`` view of ``x``. The one-row form
+    then carries through the pixelwise operators that follow (a bias, a clip, a residual
+    addition: their other operands reshaped the same way when they have the full shape, kept
+    when they broadcast over the image) and into the next such call, so that a fused group is
+    one-row throughout and a ``reshape`` stands only where a row meets an operator that needs
+    the image (a depthwise convolution, a pool): a view, no copy. The same module when no
+    call asks for it."""
+    from ..ir.expr import Call
+    from ..ir.functor import ExprMutator
+    from ..op import reshape
+
+    hooks = flatten_hooks(target)
+    if not hooks:
+        return mod
+
+    class Rewriter(ExprMutator):
+        def __init__(self):
+            super().__init__()
+            # id(reshape back to the image) -> (that reshape, the row, the image's shape)
+            self.flat = {}
+            self.rows = {}      # id(image) -> (the image, its reshape to a row)
+
+        def row_of(self, arg, ty, shapes):
+            """``arg`` as one row of the image ``shapes`` (full, flat), or None."""
+            full, flat = shapes
+            known = self.flat.get(id(arg))
+            if known is not None:
+                return known[1] if known[2][2:4] == full[2:4] else None
+            if tuple(int(d) for d in ty.shape) == full:
+                made = self.rows.get(id(arg))
+                if made is None:    # one reshape of a value, however many read it as a row
+                    made = self.rows[id(arg)] = (arg, reshape(arg, newshape=list(flat)))
+                return made[1]
+            return None
+
+        def back(self, row, full):
+            out = reshape(row, newshape=list(full))
+            self.flat[id(out)] = (out, row, full)
+            return out
+
+        def visit_call(self, call):
+            new = super().visit_call(call)
+            name = getattr(call.op, "name", None)
+            if name is None or not isinstance(new, Call):
+                return new
+            hook = hooks.get(name)
+            if hook is not None and len(call.args) == 2:
+                shapes = _full_and_flat(call.args[0].checked_type)
+                out = _full_and_flat(call.checked_type)
+                if shapes and out and shapes[0][2:4] == out[0][2:4] and hook(
+                        call.attrs, [a.checked_type for a in call.args], call.checked_type):
+                    row = self.row_of(new.args[0], call.args[0].checked_type, shapes)
+                    return self.back(Call(new.op, (row, new.args[1]), new.attrs,
+                                          new.type_args), out[0])
+                return new
+            if not any(id(a) in self.flat for a in new.args) or not _pixelwise(call):
+                return new
+            out = _full_and_flat(call.checked_type)
+            if out is None:
+                return new
+            args = []
+            for arg, old in zip(new.args, call.args):
+                ty = old.checked_type
+                if not isinstance(ty, TensorType) or not ty.is_static:
+                    return new
+                row = self.row_of(arg, ty, out)
+                if row is None:
+                    # kept as it is when it broadcasts over the image: extent 1 where H and W are
+                    if any(int(d) != 1 for d in ty.shape[-3:-1]):
+                        return new
+                    row = arg
+                args.append(row)
+            return self.back(Call(new.op, tuple(args), new.attrs, new.type_args), out[0])
+
+    return rewrite_each_function(mod, lambda func: Rewriter().visit(func), ops=tuple(hooks))
 
 
 FOLD_FLATTEN_MAX_BYTES = 64 << 20

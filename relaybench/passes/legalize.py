@@ -99,15 +99,22 @@ def load_target_policies(target) -> None:
     _LOADED.add(kind)
 
 
-def _legalizations(target) -> dict:
-    """Operator name -> its ``FTVMLegalize`` for ``target``."""
+def registered_for(target, key: str) -> dict:
+    """Operator name -> its attribute ``key`` for ``target`` (the registration of the highest
+    level), for every operator that has one; the target's own policies are loaded first."""
+    load_target_policies(target)
     out = {}
-    for name, key, _level, _target in op_attr_registrations():
-        if key == "FTVMLegalize" and name not in out:
+    for name, registered, _level, _target in op_attr_registrations():
+        if registered == key and name not in out:
             fn = get_op_attr(name, key, target=target)
             if fn is not None:
                 out[name] = fn
     return out
+
+
+def _legalizations(target) -> dict:
+    """Operator name -> its ``FTVMLegalize`` for ``target``."""
+    return registered_for(target, "FTVMLegalize")
 
 
 class _Legalizer(FusedAwareMutator):

@@ -149,8 +149,11 @@ def @main(%x: Tensor[(1, 32, 14, 14), float32], %w1: Tensor[(32, 32, 3, 3), floa
     assert [t.workload.template for t in tasks] == ["conv2d_NCHWc", "conv2d_NCHWc"]
     records = []
     for task in tasks:
+        # an image as one row (a 1x1 layer on a host without AVX-512) has one row to share:
+        # the threads share (channel block, tile) pairs there
+        rows = "oc_tile" in task.space.knobs[4].values
         config = dict(task.space.default(), tile_ow=7, tile_oc=2, reduce_order="window_first",
-                      parallel="oc_row")
+                      parallel="oc_tile" if rows else "oc_row")
         assert task.space.valid(config)
         records.append(autotune.Record(task.workload, config, [1e-4], flops=task.flops))
         records.append(autotune.Record(task.workload, task.space.default(), [2e-4]))

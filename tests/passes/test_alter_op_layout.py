@@ -17,6 +17,14 @@ from relaybench.passes.alter_op_layout import channel_block
 H = '#[version = "0.0.5"]\n'
 
 
+@pytest.fixture(autouse=True)
+def _images_as_images(monkeypatch):
+    """These tests check the layout rules; a host without AVX-512 would also compute its 1x1
+    convolutions on images as one row (``FFlattenImage``, tested in
+    ``tests/backends/test_image_rows.py``), which these programs' text does not expect."""
+    monkeypatch.setattr(alter_op_layout, "flatten_hooks", lambda target: {})
+
+
 def alter(mod, **options):
     with rb.PassContext(opt_level=3):
         return rb.passes.AlterOpLayout(**options)(mod)

@@ -86,7 +86,7 @@ import numpy as np
 
 from ... import te
 from ...op._compute import _operand, padded, shape_of
-from ...op.registry import register_alter_op_layout, register_legalize
+from ...op.registry import register_alter_op_layout, register_legalize, register_op_attr
 from ...passes.alter_op_layout import x86_conv2d_layouts
 from ...te.tensor import ComputeOp
 from . import x86_winograd
@@ -106,6 +106,33 @@ def _conv2d_layouts(attrs, inputs, tinfos, out_type):
 
 
 register_alter_op_layout("nn.conv2d", _conv2d_layouts, level=0, target="llvm")
+
+
+def flattens_image(attrs, tinfos, out_type) -> bool:
+    """The ``FFlattenImage`` of ``nn.conv2d`` on llvm (see
+    :func:`relaybench.passes.alter_op_layout.flatten_images`): a float 1x1 stride-1 unpadded
+    convolution in blocked layouts runs on its image as one row, on a host without AVX-512.
+    There a register tile of 6 pixels by a block of 16 channels (12 of the 16 registers) takes
+    the pixels along the row whatever the width, with a shorter tile at the end; in the image
+    only a divisor of the width could (7 and 14 have none near 6). MobileNet V2's 1x1 layers,
+    one at a time, one thread (AMD EPYC, AVX2): 960 -> 320 channels at 7x7 731 -> 489 us,
+    576 -> 96 at 14x14 455 -> 383 us, 16 -> 96 at 112x112 1267 -> 803 us."""
+    if not narrow_host():
+        return False
+    data, weight = tinfos
+    if _NCHWC.match(attrs["data_layout"] or "") is None or \
+            _OIHWIO.match(attrs["kernel_layout"] or "") is None or attrs["groups"] != 1:
+        return False
+    if str(data.dtype) != "float32" or str(weight.dtype) != "float32" or \
+            str(out_type.dtype) != "float32" or len(weight.shape) != 6:
+        return False
+    return (tuple(int(d) for d in weight.shape[2:4]) == (1, 1)
+            and all(int(d) == 1 for d in attrs["strides"])
+            and all(int(d) == 1 for d in attrs["dilation"])
+            and all(int(d) == 0 for d in attrs["padding"]))
+
+
+register_op_attr("nn.conv2d", "FFlattenImage", flattens_image, level=0, target="llvm")
 
 
 def _vnni_applies(data_type, weight_type, out_type) -> bool:
@@ -548,8 +575,11 @@ def narrow_host() -> bool:
 #: :func:`relaybench.te.simplify.simplify_func`): the depthwise convolution, which reads its
 #: padding in place, and pooling, whose windows cross the padding. Elsewhere the guard sits in
 #: a copy of the input that costs little beside the convolution after it, and the copies of
-#: the body would cost compile time (ResNet-18's Winograd kernels took 0.05-0.13 s more each)
-PARTITIONED_RULES = frozenset({"depthwise_conv2d_NCHWc", "reduce"})
+#: the body would cost compile time (ResNet-18's Winograd kernels took 0.05-0.13 s more each).
+#: And the tiles of a row whose width they do not divide (``_tail``): the last tile of each row
+#: is guarded, the others are not
+PARTITIONED_RULES = frozenset({"depthwise_conv2d_NCHWc", "reduce", "conv2d_NCHWc_tail",
+                               "depthwise_conv2d_NCHWc_tail"})
 
 
 def _divisors(n: int, limit: int) -> list:
@@ -561,8 +591,10 @@ def conv2d_nchwc_space(workload):
     the hand-picked tiles (``ow_tile`` the largest divisor of the width up to 14, two channel
     blocks for rows of 8 columns or fewer). On a host without AVX-512 (16 vector registers, a
     16-float vector taking two) a ``conv2d_NCHWc`` tile is 2 columns x 2 channel blocks (4
-    columns where the blocks do not pair) and a depthwise one 4 columns of one block (2 columns
-    for a block of 12 lanes): measured on ResNet-18's and MobileNet V2's layers (AMD EPYC, AVX2),
+    columns where the blocks do not pair; an image as one row: 6 pixels of a block of 16) and a
+    depthwise one up to 7 columns of 8 lanes, the window's columns unrolled (4 columns of one
+    block for a block of lanes not a multiple of 16): measured on ResNet-18's and MobileNet V2's
+    layers (AMD EPYC, AVX2),
     the 14-column tiles spilled and ran 1.3-3.3x (depthwise 1.4-2.5x) slower, and the 12-lane
     layers ran 2.6-2.9x slower on 2 x 2 tiles than on 2 x 1. There, a width with no divisor
     from 2 to 4 (7) takes a whole row of 8-lane vectors, the block's halves one after the other
@@ -586,7 +618,26 @@ def conv2d_nchwc_space(workload):
         elif tile == 1 and whole and workload.out_dtype == "float32" and ow > 1:
             # a prime width (7): a row of up to 8 columns of 8 lanes, one register each
             tile, blocks, vector = conv_width_tile(ow, 8), 1, 8
-    space.define_knob("tile_ow", _divisors(ow, 28), default=tile,
+    depthwise = narrow_host() and workload.template == "depthwise_conv2d_NCHWc"
+    if depthwise and block % 16 == 0 and workload.out_dtype == "float32":
+        # a depthwise tile of up to 7 columns of 8 lanes, the block's halves one after the
+        # other, the window's columns unrolled, the threads sharing channel blocks: measured in
+        # MobileNet V2 against the configs the tuner had found on the layers alone (one thread,
+        # AMD EPYC, AVX2), 576 channels at 14x14 184 -> 57 us, 144 at 56x56 603 -> 269 us, 192
+        # at 28x28 stride 2 130 -> 30 us
+        tile, blocks, vector = conv_width_tile(ow, 7), 1, 8
+    row = oh == 1 and ow >= 8 and workload.template == "conv2d_NCHWc"
+    widths = _divisors(ow, 28)
+    if row:
+        # an image as one row (see flattens_image): tiles of any width up to 12, the last one
+        # shorter where the width does not divide the row
+        widths = sorted(set(widths) | set(range(2, min(ow, 12) + 1)))
+        if narrow_host() and workload.out_dtype == "float32" and block in (8, 16):
+            # 6 pixels by a block of 16 (12 accumulators, two registers a pixel, 8 loads for
+            # 12 multiply-adds), or 8 pixels by a block of 8 (one load a multiply-add; 12
+            # pixels, or 3 blocks of 4 pixels, ran 1.15-1.8x slower: the loads, the spills)
+            vector, blocks, tile = block, 1, 6 if block == 16 else 8
+    space.define_knob("tile_ow", widths, default=tile,
                       doc="output columns per register tile (each a vector of output channels)")
     space.define_knob("tile_oc", _divisors(oc_blocks, 4), default=blocks,
                       doc="output-channel blocks per register tile")
@@ -598,9 +649,22 @@ def conv2d_nchwc_space(workload):
     space.define_knob("reduce_order", ["channels_first", "window_first"],
                       default="window_first" if few else "channels_first",
                       doc="reduce loops: input-channel blocks outside the window, or inside it")
-    space.define_knob("unroll_rx", [False, True], doc="unroll the window's columns")
-    space.define_knob("parallel", ["oc_row", "oc"],
-                      doc="threads share (channel block, row) pairs, or channel blocks")
+    # a depthwise window's columns unrolled on a host without AVX-512: its loop then holds
+    # a few multiply-adds each (one vector per tile column); MobileNet V2's 576 channels at 14x14
+    # alone 282 -> 111 us, 144 at 56x56 517 -> 258 us, 192 at 28x28 stride 2 126 -> 36 us (one
+    # thread, AMD EPYC, AVX2)
+    space.define_knob("unroll_rx", [False, True], default=depthwise,
+                      doc="unroll the window's columns")
+    # an image as one row: the (channel block, tile) pairs in either order, the threads sharing
+    # them. Tiles outside (``tile_oc``) read the input once and the weights once a tile, the
+    # other order the weights once and the input once a channel block. Measured on MobileNet
+    # V2's layers alone, one thread (AMD EPYC, AVX2), caches flushed or not, neither order won
+    # throughout (576 -> 96 channels at 14x14 252 against 277 us, 144 -> 24 at 56x56 476
+    # against 455 us): the channel blocks outside, the tuner choosing
+    space.define_knob("parallel", ["oc_row", "oc"] + (["oc_tile", "tile_oc"] if row else []),
+                      default="oc_tile" if row else "oc" if depthwise else "oc_row",
+                      doc="threads share (channel block, row) pairs, channel blocks, (channel "
+                      "block, register tile) pairs or (register tile, channel block) pairs")
     halves = narrow_host() and block > 8 and block % 8 == 0 and workload.out_dtype == "float32"
     space.define_knob("vector", [block] + ([8] if halves else []),
                       default=vector, doc="lanes of a register tile's vectors: the whole "
@@ -613,7 +677,9 @@ def conv2d_nchwc_space(workload):
     def constraint(c):
         if c["tile_ow"] * c["tile_oc"] > MAX_TILE_REGISTERS:
             return False
-        outer = oc_blocks // c["tile_oc"] * (oh if c["parallel"] == "oc_row" else 1)
+        outer = oc_blocks // c["tile_oc"] * (oh if c["parallel"] == "oc_row" else
+                                             -(-ow // c["tile_ow"])
+                                             if c["parallel"] in ("oc_tile", "tile_oc") else 1)
         return outer >= 2 or not split
     space.constraint = constraint
     return space
@@ -723,7 +789,8 @@ def schedule(group, compute_at: bool = True):
     if kind in ("NCHWc", "depthwise_NCHWc"):
         rule = "conv2d_NCHWc" if kind == "NCHWc" else "depthwise_conv2d_NCHWc"
         if compute_at:
-            _schedule_conv_nchwc(s, group, keep, tuning_config(anchor)[1])
+            if _schedule_conv_nchwc(s, group, keep, tuning_config(anchor)[1]):
+                rule += "_tail"     # the last tile of each row shorter: partitioned
         else:
             rule += "_at_root"
             _schedule_conv_nchwc_simple(s, group.anchor_tensors[0].op, next(iter(keep), None),
@@ -884,13 +951,16 @@ def conv_width_tile(width: int, limit: int = 14) -> int:
 
 def _schedule_conv_nchwc(s, group, keep, config=None):
     """The tiled rule of ``conv2d_NCHWc`` and ``depthwise_conv2d_NCHWc`` with the knobs of
-    ``config`` (:func:`conv2d_nchwc_space`; None: the defaults)."""
+    ``config`` (:func:`conv2d_nchwc_space`; None: the defaults). True when the register tile
+    does not divide the width: the last tile of each row is shorter, its loads and stores
+    guarded (lowering partitions the loops, see ``PARTITIONED_RULES``)."""
     conv_t = group.anchor_tensors[0]
     conv = conv_t.op
     outputs = [t for t in group.outputs]
     pad = next(iter(keep), None)
     if len(outputs) != 1 or tuple(outputs[0].shape) != tuple(conv_t.shape):
-        return _schedule_conv_nchwc_simple(s, conv, pad, outputs)
+        _schedule_conv_nchwc_simple(s, conv, pad, outputs)
+        return False
     if outputs[0].op is conv:
         local = s.cache_write(conv_t).op
         out_stage = s[conv_t]
@@ -903,26 +973,33 @@ def _schedule_conv_nchwc(s, group, keep, config=None):
     ow_outer, ow_inner = out_stage.split(ow, tile)
     oco_outer, oco_inner = out_stage.split(oco, blocks)
     half = config.get("vector", oci.extent) < oci.extent
+    tiles_first = config["parallel"] == "tile_oc" and n.extent == 1
+    outer = [oh, ow_outer, oco_outer] if tiles_first else [oco_outer, oh, ow_outer]
     if half:
         # a register tile of part of the lanes (8 of a block of 16 on a host of 16 registers):
         # twice the columns per tile for the same registers, the block's halves one after the
         # other
         oci_outer, oci = out_stage.split(oci, config["vector"])
-        out_stage.reorder(n, oco_outer, oh, ow_outer, oci_outer, oco_inner, ow_inner, oci)
+        out_stage.reorder(n, *outer, oci_outer, oco_inner, ow_inner, oci)
     else:
-        out_stage.reorder(n, oco_outer, oh, ow_outer, oco_inner, ow_inner, oci)
+        out_stage.reorder(n, *outer, oco_inner, ow_inner, oci)
     out_stage.vectorize(oci)
-    # one image: the (channel block, row) pairs share the threads, or the channel blocks alone
-    # (each thread then sweeps whole planes); a batch: the images
+    # one image: the (channel block, row) pairs share the threads, the channel blocks alone
+    # (each thread then sweeps whole planes) or the (channel block, tile) pairs (an image as
+    # one row); a batch: the images
+    attach = ow_outer
     if config["parallel"] == "oc_row":
-        rows = out_stage.fuse(oco_outer, oh)
-        par = rows
+        par = out_stage.fuse(oco_outer, oh)
+    elif config["parallel"] == "oc_tile" and n.extent == 1:
+        par = attach = out_stage.fuse(out_stage.fuse(oco_outer, oh), ow_outer)
+    elif tiles_first:
+        par = attach = out_stage.fuse(out_stage.fuse(oh, ow_outer), oco_outer)
     else:
-        rows, par = oh, oco_outer
+        par = oco_outer
     out_stage.parallel(n if n.extent > 1 else par)
 
     conv_stage = s[local]
-    conv_stage.compute_at(out_stage, oci_outer if half else ow_outer)
+    conv_stage.compute_at(out_stage, oci_outer if half else attach)
     cn, coco, coh, cow, coci = local.axis
     reduce, dot = _dot_axis(local)
     if config["reduce_order"] == "window_first" and len(reduce) >= 3:
@@ -950,6 +1027,7 @@ def _schedule_conv_nchwc(s, group, keep, config=None):
     elif pad is not None:
         # the padded input is computed once, before the convolution, in parallel
         schedule_injective(s, pad)
+    return ow.extent % tile != 0
 
 
 def _schedule_conv_nchwc_simple(s, conv, pad, outputs):
