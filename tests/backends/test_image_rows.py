@@ -90,6 +90,11 @@ def test_row_defaults_without_avx512(monkeypatch):
     default = x86.space_of(eights).default()
     assert (default["tile_ow"], default["tile_oc"], default["vector"]) == (8, 1, 8)
     assert set(range(2, 13)) <= set(x86.space_of(ROW).knobs[0].values)
+    # a row always has tiles to share between threads: every channel block in one tile with
+    # only the blocks shared is one parallel iteration, refused
+    space = x86.space_of(ROW)
+    assert not space.valid(dict(space.default(), tile_oc=2, parallel="oc"))
+    assert space.valid(dict(space.default(), tile_oc=2, parallel="oc_tile"))
     image = autotune.Workload(
         "conv2d_NCHWc", ((1, 3, 7, 7, 16), (2, 3, 1, 1, 16, 16)), ("float32", "float32"),
         (1, 2, 7, 7, 16), "float32", ROW.attrs)

@@ -674,8 +674,8 @@ def conv2d_nchwc_space(workload):
                       "channel block, or 8 (one register of 16 without AVX-512), the block's "
                       "parts one after the other")
     # the parallel loop has two iterations or more wherever it can: a config tuned on one
-    # thread runs on every thread count
-    split = n == 1 and oc_blocks * oh >= 2
+    # thread runs on every thread count (a row can always share its tiles)
+    split = n == 1 and (oc_blocks * oh >= 2 or row)
 
     def constraint(c):
         if c["tile_ow"] * c["tile_oc"] > MAX_TILE_REGISTERS:
