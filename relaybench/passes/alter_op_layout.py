@@ -330,16 +330,20 @@ WINOGRAD_MIN_SIZE = 7
 """``RB_WINOGRAD=auto``: the smallest output height and width for which Winograd is taken."""
 
 WINOGRAD_F4_MIN_SIZE = 28
-WINOGRAD_F4_MAX_WEIGHT_BYTES = 4 << 20
+WINOGRAD_F4_MAX_WEIGHT_BYTES = 16 << 20
 """``RB_WINOGRAD=auto``: below an output of :data:`WINOGRAD_F4_MIN_SIZE` rows and columns,
 F(2x2, 3x3) where F(4x4)'s transformed weights (36 values per input and output channel, 4x
-the direct kernel's) would exceed this many bytes. Few output tiles use each weight few times
-(a 7x7 output has 4 tiles of 4x4), and in the network those weights come from memory on every
-run: ResNet-18's 512-channel 7x7 layers have 38 MB each, more than the 32 MB last-level cache
-of the AMD EPYC measured. There, ResNet-18 in one process, the two rules alternating: one
-thread 25.7 -> 23.9 ms (the 7x7 layers 2.75-2.89 -> 2.13-2.14 ms a call), two threads 16.7 ->
-15.0 ms; VGG-16's 14x14 layers 2.94 -> 2.83 ms a call. The DQN's 64-channel 7x7 layer (0.6 MB
-of weights) keeps F(4x4)."""
+the direct kernel's) would exceed this many bytes, half the 32 MB last-level cache of the AMD
+EPYCs measured. Few output tiles use each weight few times (a 7x7 output has 4 tiles of 4x4),
+and in the network weights larger than that cache come from memory on every run: ResNet-18's
+512-channel 7x7 layers have 38 MB each. There (AVX-512), ResNet-18 in one process, the two
+rules alternating: one thread 25.7 -> 23.9 ms (the 7x7 layers 2.75-2.89 -> 2.13-2.14 ms a
+call), two threads 16.7 -> 15.0 ms; VGG-16's 14x14 layers 2.94 -> 2.83 ms a call. Its
+256-channel 14x14 layers (9.4 MB) keep F(4x4): a bound of 4 MB gave them F(2x2), and raising
+it to 16 MB made ResNet-18 0.94x the time at one thread and 0.95x at two (AMD EPYC without
+AVX-512, one process, the two rules alternating, each built first once); one such layer
+alone with the caches flushed took 3.2 ms in F(4x4) against 3.6 ms in F(2x2). The DQN's
+64-channel 7x7 layer (0.6 MB of weights) keeps F(4x4)."""
 
 
 def _winograd_call(inputs, attrs, tile: int, ic: int, oc: int):
