@@ -196,5 +196,10 @@ def test_only_pixelwise_operators_carry_the_row():
     x = rb.var("x", shape=(1, 2, 3, 4, 16))
     assert _pixelwise(op.clip(x, a_min=0.0, a_max=1.0))
     assert _pixelwise(op.add(x, x))
+    # broadcast operators with an axis: along the channel blocks, or along the image's rows
+    assert _pixelwise(op.nn.bias_add(x, rb.var("b", shape=(2,)), axis=1))
+    assert not _pixelwise(op.nn.bias_add(x, rb.var("b", shape=(3,)), axis=2))
+    assert not _pixelwise(op.nn.prelu(x, rb.var("a", shape=(4,)), axis=3))
+    # not elementwise or broadcast at all
     assert not _pixelwise(op.sum(x, axis=[2]))
-    assert not _pixelwise(op.nn.softmax(x, axis=3))
+    assert not _pixelwise(op.nn.softmax(x, axis=1))
