@@ -51,7 +51,9 @@ for k, task in enumerate(tasks):
 """, check=True)
 md("""
 The size of each search space depends on the host: without AVX-512 the convolutions have one
-knob more (`vector`, below).
+knob more (`vector`, below). A convolution of an image of several rows also has `plane`: compute
+it over the image's pixels as one axis, so that a register tile of consecutive pixels crosses the
+rows.
 """)
 code("""
 print([len(task.space) for task in tasks])
@@ -71,9 +73,9 @@ print(task.space.table())
 md("""
 The rule's own choice (the default, which is what an untuned build compiles) follows the host's
 vector registers: with AVX-512 (32 registers) it tiles 7 columns by 2 channel blocks; without
-(16 registers, a vector of 16 floats taking two) 7 columns of 8 lanes, half a block, the two
-halves one after the other (`vector`): a tile of whole blocks would be 1 column wide (7 has no
-divisor from 2 to 4), and a wider one would spill its accumulators to the stack.
+(16 registers, a vector of 16 floats taking two) 12 accumulators are what fits, 6 pixels of a
+block of 16, but 7 columns have no divisor near 6: the image is computed over its 49 pixels as
+one axis (`plane`), in tiles of 6 pixels that cross the rows, the last tile of one pixel.
 """)
 code("""
 from relaybench.backends.strategy.x86 import narrow_host
@@ -148,7 +150,10 @@ the log knows, and the default elsewhere; the kernel cache is keyed by the loop 
 untuned kernels are cached side by side. A shipped log stands only for hosts with the vector
 registers of the CPU it was measured on: `x86_znver4.jsonl` for AVX-512 (32 registers),
 `x86_znver3.jsonl` for AVX2 (16 registers). Builds use the shipped log of their host by default
-(`RB_AUTOTUNE_LOG=shipped`); the untuned build below sets the knob empty.
+(`RB_AUTOTUNE_LOG=shipped`); the untuned build below sets the knob empty. (Without AVX-512,
+the images of several rows are computed over their pixels by default, `plane` above: faster in
+the networks than the configs the tuner had found on the layers alone, whose records were taken
+out of `x86_znver3.jsonl`, so fewer of these workloads have a tuned config there.)
 """)
 code("""
 logs = autotune.shipped_logs()

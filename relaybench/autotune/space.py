@@ -52,6 +52,10 @@ class ConfigSpace:
     template: str
     knobs: list = field(default_factory=list)
     constraint: object = None
+    #: ``(knob, config)``: a config without that knob was written before it existed, when the
+    #: rule's own choices were ``config``; its other missing knobs take their values from there
+    #: (see :meth:`complete`). None: a missing knob takes its default
+    legacy: object = None
 
     def define_knob(self, name: str, values, default=None, doc: str = "") -> None:
         values = tuple(dict.fromkeys(values))   # distinct, in order
@@ -96,12 +100,27 @@ class ConfigSpace:
         return self.constraint is None or bool(self.constraint(config))
 
     def complete(self, config: dict | None) -> dict:
-        """``config`` with the knobs it lacks (or gives a value outside the space) at their
-        defaults: a log written for an older space still applies where it can."""
+        """``config`` with the knobs it lacks at their defaults (at the :attr:`legacy` config's
+        values when it lacks the legacy knob: it was written before that knob existed) and those
+        it gives a value outside the space at their defaults: a log written for an older space
+        still applies where it can, as it was measured.
+
+        >>> space = ConfigSpace("example")
+        >>> space.define_knob("tile_ow", [2, 4], default=4)
+        >>> space.define_knob("tile_oc", [1, 2], default=1)
+        >>> space.define_knob("plane", [False, True], default=True)
+        >>> space.legacy = ("plane", {"tile_ow": 2, "tile_oc": 2, "plane": False})
+        >>> space.complete({"tile_ow": 4}), space.complete({"tile_ow": 3, "plane": True})
+        ({'tile_ow': 4, 'tile_oc': 2, 'plane': False}, {'tile_ow': 4, 'tile_oc': 1, 'plane': True})
+        """
         config = config or {}
+        older = {}
+        if self.legacy is not None and self.legacy[0] not in config:
+            older = self.legacy[1]
         out = {}
         for knob in self.knobs:
-            value = config.get(knob.name, knob.default)
+            fallback = older.get(knob.name, knob.default)
+            value = config.get(knob.name, fallback)
             out[knob.name] = value if value in knob.values else knob.default
         return out
 

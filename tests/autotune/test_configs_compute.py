@@ -48,11 +48,13 @@ CONV = autotune.Workload(
 
 @pytest.mark.parametrize("config", [
     {"tile_ow": 12, "tile_oc": 2, "reduce_order": "window_first", "unroll_rx": True,
-     "parallel": "oc", "vector": 16},
+     "parallel": "oc", "vector": 16, "plane": False},
     {"tile_ow": 3, "tile_oc": 4, "reduce_order": "channels_first", "unroll_rx": False,
-     "parallel": "oc_row", "vector": 16},
+     "parallel": "oc_row", "vector": 16, "plane": False},
     {"tile_ow": 1, "tile_oc": 1, "reduce_order": "window_first", "unroll_rx": False,
-     "parallel": "oc_row", "vector": 16},
+     "parallel": "oc_row", "vector": 16, "plane": False},
+    {"tile_ow": 6, "tile_oc": 1, "reduce_order": "channels_first", "unroll_rx": False,
+     "parallel": "oc_tile", "vector": 16, "plane": True},
 ])
 def test_conv2d_nchwc_configs_match_numpy(config):
     rng = np.random.default_rng(0)
@@ -87,7 +89,7 @@ def test_half_block_vectors_match_numpy(monkeypatch):
     space = x86.space_of(CONV)
     assert space.knobs[-1].name == "vector" and space.knobs[-1].values == (16, 8)
     config = {"tile_ow": 6, "tile_oc": 2, "reduce_order": "channels_first", "unroll_rx": True,
-              "parallel": "oc", "vector": 8}
+              "parallel": "oc", "vector": 8, "plane": False}
     assert space.valid(config)
     rng = np.random.default_rng(3)
     data = rng.standard_normal(CONV.arg_shapes[0]).astype("float32")
@@ -117,13 +119,13 @@ def test_an_invalid_config_falls_back_to_the_default():
         assert autotune.config_for(CONV, space) == space.default()
     # every output-channel block in one tile, threads sharing the blocks: one parallel
     # iteration, no work for a second thread
-    serial = dict(space.default(), tile_oc=4, tile_ow=1, parallel="oc")
+    serial = dict(space.default(), tile_oc=4, tile_ow=1, parallel="oc", plane=False)
     assert not space.valid(serial) and space.valid(dict(serial, parallel="oc_row"))
 
 
 def test_a_logged_config_the_space_now_excludes_is_passed_over():
     space = x86.space_of(CONV)
-    serial = dict(space.default(), tile_oc=4, tile_ow=1, parallel="oc")
+    serial = dict(space.default(), tile_oc=4, tile_ow=1, parallel="oc", plane=False)
     fine = dict(serial, parallel="oc_row")
     records = [autotune.Record(CONV, serial, [1e-5]), autotune.Record(CONV, fine, [2e-5]),
                autotune.Record(CONV, space.default(), [4e-5])]
@@ -151,9 +153,11 @@ def @main(%x: Tensor[(1, 32, 14, 14), float32], %w1: Tensor[(32, 32, 3, 3), floa
     for task in tasks:
         # an image as one row (a 1x1 layer on a host without AVX-512) has one row to share:
         # the threads share (channel block, tile) pairs there
-        rows = "oc_tile" in task.space.knobs[4].values
+        rows = "plane" not in task.space.names and "oc_tile" in task.space.knobs[4].values
         config = dict(task.space.default(), tile_ow=7, tile_oc=2, reduce_order="window_first",
                       parallel="oc_tile" if rows else "oc_row")
+        if "plane" in task.space.names:
+            config["plane"] = False
         assert task.space.valid(config)
         records.append(autotune.Record(task.workload, config, [1e-4], flops=task.flops))
         records.append(autotune.Record(task.workload, task.space.default(), [2e-4]))

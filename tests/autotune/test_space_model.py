@@ -75,9 +75,15 @@ def test_x86_spaces_default_to_the_hand_picked_rule(monkeypatch):
                      "float32")
     assert x86.space_of(dense).knobs[0].values == (16, 32, 64, 128)
     assert Workload.from_json(w.to_json()) == w
-    # 16 vector registers (no AVX-512): 2 columns x 2 channel blocks, 4 columns for odd blocks
+    # 16 vector registers (no AVX-512): 2 columns x 2 channel blocks, 4 columns for odd blocks,
+    # where the convolution sums few products per output value (8 channels x 3 x 3); with more
+    # the image is computed over its pixels, 6 at a time
     monkeypatch.setattr(x86, "narrow_host", lambda: True)
-    assert (x86.space_of(w).default()["tile_ow"], x86.space_of(w).default()["tile_oc"]) == (2, 2)
-    odd = Workload("conv2d_NCHWc", w.arg_shapes, w.arg_dtypes, (1, 3, 56, 56, 16), "float32",
+    few = Workload("conv2d_NCHWc", ((1, 1, 56, 56, 8), (4, 1, 3, 3, 8, 16)), w.arg_dtypes,
+                   (1, 4, 56, 56, 16), "float32", w.attrs)
+    assert (x86.space_of(few).default()["tile_ow"], x86.space_of(few).default()["tile_oc"]) == \
+        (2, 2)
+    odd = Workload("conv2d_NCHWc", few.arg_shapes, w.arg_dtypes, (1, 3, 56, 56, 16), "float32",
                    w.attrs)
     assert (x86.space_of(odd).default()["tile_ow"], x86.space_of(odd).default()["tile_oc"]) == (4, 1)
+    assert [x86.space_of(w).default()[k] for k in ("plane", "tile_ow", "tile_oc")] == [True, 6, 1]

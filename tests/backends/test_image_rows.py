@@ -1,7 +1,8 @@
 """Images as one row and tiles with a shorter last one: a 1x1 stride-1 convolution computed on
 its image as ``(N, C, 1, H * W, c)`` (AlterOpLayout's ``FFlattenImage``, the x86 policy on a
 host without AVX-512), its register tiles of any width (the last tile of the row guarded and
-the loops partitioned), and the depthwise defaults of such hosts. Every kernel is checked
+the loops partitioned), other convolutions computed over their output plane's pixels (the
+``plane`` knob: tiles that cross the rows), and the depthwise defaults of such hosts. Every kernel is checked
 against numpy or the reference interpreter."""
 
 import numpy as np
@@ -103,11 +104,113 @@ def test_row_defaults_without_avx512(monkeypatch):
     space = x86.space_of(ROW)
     assert not space.valid(dict(space.default(), tile_oc=2, parallel="oc"))
     assert space.valid(dict(space.default(), tile_oc=2, parallel="oc_tile"))
+    # an image of several rows: tiles that divide its width, unless computed over its pixels
     image = autotune.Workload(
         "conv2d_NCHWc", ((1, 3, 7, 7, 16), (2, 3, 1, 1, 16, 16)), ("float32", "float32"),
         (1, 2, 7, 7, 16), "float32", ROW.attrs)
-    assert x86.space_of(image).knobs[0].values == (1, 7)
-    assert "oc_tile" not in x86.space_of(image).knobs[4].values
+    space = x86.space_of(image)
+    assert not space.valid(dict(space.default(), plane=False, tile_ow=6, parallel="oc_row"))
+    assert not space.valid(dict(space.default(), plane=False, tile_ow=7, parallel="oc_tile"))
+    assert space.valid(dict(space.default(), plane=False, tile_ow=7, parallel="oc_row"))
+    assert space.valid(dict(space.default(), plane=True, tile_ow=6, parallel="oc_tile"))
+
+
+# a 3x3 stride-2 convolution of 7x7 outputs: 49 pixels, a prime square (tiles of 7 divide it)
+PLANE = autotune.Workload(
+    "conv2d_NCHWc", ((1, 2, 13, 13, 16), (3, 2, 3, 3, 16, 16)), ("float32", "float32"),
+    (1, 3, 7, 7, 16), "float32",
+    _attrs("NCHW16c", "OIHW16i16o", "NCHW16c", padding=(1, 1, 1, 1), strides=(2, 2)))
+
+
+@pytest.mark.parametrize("tile,blocks,vector,parallel", [
+    (6, 1, 16, "oc"), (6, 1, 16, "oc_tile"), (5, 3, 16, "tile_oc"), (7, 1, 16, "oc_tile"),
+    (12, 1, 8, "oc_tile"), (1, 1, 16, "oc")])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_plane_tiles_match_numpy(tile, blocks, vector, parallel, threads):
+    """A convolution computed over its 49 output pixels as one axis: register tiles of
+    consecutive pixels that cross the rows (6 pixels: rows 0 and 1 in the second tile), the
+    last tile shorter where the tile does not divide 49, with whole or half channel blocks and
+    every way of sharing the tiles between threads."""
+    space = x86.space_of(PLANE)
+    config = dict(space.default(), plane=True, tile_ow=tile, tile_oc=blocks, vector=vector,
+                  parallel=parallel)
+    assert space.valid(config)
+    rng = np.random.default_rng(tile + blocks)
+    data = rng.standard_normal(PLANE.arg_shapes[0]).astype("float32")
+    weight = rng.standard_normal(PLANE.arg_shapes[1]).astype("float32")
+    lowered, kernel = _compile(PLANE, config)
+    out = np.full(PLANE.out_shape, np.nan, "float32")
+    kernel.bind(data, weight, out, num_threads=threads)()
+    np.testing.assert_allclose(out, _blocked_conv_numpy(data, weight, stride=2, pad=1),
+                               rtol=1e-4, atol=1e-3)
+    text = lowered.source()
+    # the accumulators of a tile of pixels: (1, channel blocks, 1, pixels, lanes)
+    assert f"allocate((1, {blocks}, 1, {tile}, {vector}), " in text
+    assert lowered.rule == ("conv2d_NCHWc_tail" if 49 % tile else "conv2d_NCHWc")
+    if 49 % tile and parallel != "tile_oc":
+        # two copies of the accumulation; the guard on the pixel in the last tile's only
+        assert len([line for line in text.splitlines() if "] + pad[" in line]) == 2
+        assert text.count("< 49:") == 3
+
+
+def test_plane_defaults_without_avx512(monkeypatch):
+    """Without AVX-512 an image whose convolution sums 128 or more products per output value is
+    computed over its pixels in tiles of 6 pixels of 16 lanes, the threads sharing the channel
+    blocks where there are 8 or more; a first layer of 3 channels and a 3x3 window (27) keeps
+    the tiles of its rows; with AVX-512 nothing changes."""
+    monkeypatch.setattr(x86, "narrow_host", lambda: True)
+    default = x86.space_of(PLANE).default()
+    assert (default["plane"], default["tile_ow"], default["tile_oc"], default["vector"],
+            default["parallel"]) == (True, 6, 1, 16, "oc_tile")
+    wide = autotune.Workload(
+        "conv2d_NCHWc", ((1, 8, 28, 28, 16), (16, 8, 3, 3, 16, 16)), ("float32", "float32"),
+        (1, 16, 14, 14, 16), "float32", PLANE.attrs)
+    assert x86.space_of(wide).default()["parallel"] == "oc"
+    first = autotune.Workload(
+        "conv2d_NCHWc", ((1, 1, 32, 32, 3), (2, 1, 3, 3, 3, 16)), ("float32", "float32"),
+        (1, 2, 16, 16, 16), "float32",
+        _attrs("NCHW3c", "OIHW3i16o", "NCHW16c", padding=(1, 1, 1, 1), strides=(2, 2)))
+    assert x86.space_of(first).default()["plane"] is False
+    # a row is a row: no plane knob; nor a depthwise convolution
+    assert "plane" not in x86.space_of(ROW).names
+    assert "plane" not in x86.space_of(DEPTHWISE).names
+    monkeypatch.setattr(x86, "narrow_host", lambda: False)
+    assert x86.space_of(PLANE).default()["plane"] is False
+
+
+def _strided_block(seed=0):
+    """ResNet's downsampling: a 3x3 stride-2 convolution with bias and ReLU, the 1x1 stride-2
+    shortcut, their sum and a ReLU, at 7x7 outputs."""
+    rng = np.random.default_rng(seed)
+    x = rb.var("x", shape=(1, 32, 14, 14))
+    shapes = {"w1": (64, 32, 3, 3), "b1": (64, 1, 1), "w2": (64, 32, 1, 1)}
+    ws = {k: rb.const((rng.standard_normal(s) / np.sqrt(np.prod(s[1:]))).astype("float32"))
+          for k, s in shapes.items()}
+    y = op.nn.relu(op.add(op.nn.conv2d(x, ws["w1"], channels=64, kernel_size=3, strides=2,
+                                       padding=1), ws["b1"]))
+    y = op.nn.relu(op.add(y, op.nn.conv2d(x, ws["w2"], channels=64, kernel_size=1, strides=2)))
+    mod = rb.IRModule.from_expr(rb.Function([x], y))
+    return mod, rng.standard_normal((1, 32, 14, 14)).astype("float32")
+
+
+@pytest.mark.parametrize("narrow", [True, False])
+def test_strided_block_on_planes_without_avx512(monkeypatch, narrow):
+    """The stride-2 convolutions of a downsampling block on a host without AVX-512: the 3x3 one
+    (32 x 9 products per output value) computed over its plane of 49 pixels with its bias and
+    ReLU, the 1x1 shortcut (32 products: too few) on the tiles of its rows with the addition
+    and the last ReLU; the built block computes what the interpreter computes. With AVX-512
+    both keep the tiles of their rows."""
+    monkeypatch.setattr(x86, "narrow_host", lambda: narrow)
+    monkeypatch.setenv("RB_BUILD_CACHE", "off")
+    monkeypatch.setenv("RB_LOWERING_CACHE", "off")
+    monkeypatch.setenv("RB_AUTOTUNE_LOG", "none")
+    mod, x = _strided_block()
+    lib = rb.build(mod, target="llvm", opt_level=3)
+    expected = rb.create_executor("interpreter", mod=mod).evaluate()(x)
+    np.testing.assert_allclose(lib.run(x=x), np.asarray(expected), rtol=1e-4, atol=1e-4)
+    rules = sorted(row["rule"] for row in lib.profile(number=1).groups if "conv" in row["group"])
+    assert rules == (["conv2d_NCHWc", "conv2d_NCHWc_tail"] if narrow
+                     else ["conv2d_NCHWc", "conv2d_NCHWc"])
 
 
 DEPTHWISE = autotune.Workload(

@@ -102,18 +102,26 @@ def test_conv2d_nchwc_register_tile(wide_host):
 
 def test_register_tiles_of_a_host_without_avx512(monkeypatch):
     """16 vector registers: 2 columns x 2 output-channel blocks (a larger tile would spill its
-    accumulators); for a depthwise convolution up to 7 columns of 8 lanes (half a block)."""
+    accumulators) where the convolution sums few products per output value (8 channels x 3 x
+    3), 6 pixels of the image's plane (across its rows) where it sums more (16 x 3 x 3); for a
+    depthwise convolution up to 7 columns of 8 lanes (half a block)."""
     from relaybench.backends.strategy import x86
     monkeypatch.setattr(x86, "narrow_host", lambda: True)
-    mod, params = _conv_block()
+    monkeypatch.setenv("RB_AUTOTUNE_LOG", "none")
+    mod, params = _conv_block(channels_in=8)
     lowered, _ = _run_both(_group_with(_groups(mod, params), "nn.conv2d"))
     assert "allocate((1, 2, 1, 2, 16)" in lowered.source()
+    mod, params = _conv_block()
+    lowered, _ = _run_both(_group_with(_groups(mod, params), "nn.conv2d"))
+    # 100 pixels: 16 tiles of 6, the last one of 4
+    assert "allocate((1, 1, 1, 6, 16)" in lowered.source()
+    assert lowered.rule == "conv2d_NCHWc_tail"
     mod, params = _conv_block(channels_in=32, channels_out=32, groups=32, size=12)
     lowered, _ = _run_both(_group_with(_groups(mod, params), "nn.conv2d"))
     assert "depthwise_conv2d_NCHWc = allocate((1, 1, 1, 6, 8)" in lowered.source()
 
 
-def test_conv2d_without_epilogue_uses_a_cache_stage():
+def test_conv2d_without_epilogue_uses_a_cache_stage(wide_host):
     mod, params = _conv_block(bias=False, stride=2)
     group = _group_with(_groups(mod, params), "nn.conv2d")
     lowered, _ = _run_both(group)
@@ -361,10 +369,12 @@ def test_dense_and_pool_epilogues_reading_them_transposed():
     assert lowered.rule == "reduce"
 
 
-def test_tile_of_one_after_conv2d_keeps_the_register_tile():
+def test_tile_of_one_after_conv2d_keeps_the_register_tile(wide_host):
     """``tile(nn.conv2d(...), reps=[1])`` reads the convolution at ``(c_outer * 8 + c_inner) % 32``
     (used to fail: "index ... is not affine"); over the loops' ranges that is affine, so the
-    tiled rule still applies."""
+    tiled rule still applies. (On a plane of 49 pixels in tiles of 6, a host without AVX-512,
+    the last tile's pixels reach 53 in the loops' ranges, ``// 7 % 7`` stays, and the
+    convolution is computed at the root.)"""
     for opt_level, rule in ((1, "conv2d_NCHW"), (3, "conv2d_NCHWc")):
         mod, params = _conv_block(bias=False, size=7)
         group = _group_with(_groups(mod, params, opt_level=opt_level), "nn.conv2d")

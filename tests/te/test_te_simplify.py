@@ -248,6 +248,25 @@ def test_a_parallel_loop_branches_on_the_row_its_guards_read():
     np.testing.assert_array_equal(got, a + shifted)
 
 
+def test_the_one_value_outside_a_parallel_loops_interior_is_substituted():
+    """Tiles of 3 pixels over 10 (4 tiles per block; the last one holds 1 pixel): the interior
+    tiles 0-2 run unguarded, and the copy for the one tile left reads the tile as the constant
+    3, its guards ``9 + p < 10`` folding once the tile's loop is unrolled, with no
+    loop-invariant branch on ``i % 4`` for LLVM to copy loops for."""
+    A, O = L.Buffer("A", (2, 10), "float32"), L.Buffer("O", (2, 10), "float32")
+    i, p = L.Var("i"), L.Var("p")
+    pixel = (i % 4) * 3 + p
+    body = L.For(p, 0, 3, "unrolled", L.IfThenElse(
+        pixel < 10, L.Store(O, (i // 4, pixel), L.Load(A, (i // 4, pixel)) * 2.0)))
+    func = L.PrimFunc("tiles", [A, O], L.For(i, 0, 8, "parallel", body))
+    text = str(simplify_func(func, partition=True))
+    assert "if i_in >= 0 and i_in <= 2:" in text
+    outside = text[text.index("else:"):]
+    assert "% 4" not in outside and "p + 9 < 10" in outside
+    a, got = _run(simplify_func(func, partition=True), (2, 10), (2, 10))
+    np.testing.assert_array_equal(got, a * 2)
+
+
 def test_loops_holding_gpu_shared_arrays_are_not_cut():
     """A shared array is declared once per GPU kernel: a loop around one is left whole."""
     func = _padded_copy(10, 2)

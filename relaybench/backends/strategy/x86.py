@@ -12,7 +12,10 @@ Rules, by the group's anchor (the call with the highest pattern kind):
     (``compute_at`` the tile, the reduce loops outside it, the columns unrolled and the
     output-channel lanes vectorized innermost, so each weight vector feeds ``ow_tile`` FMAs with a
     broadcast input each), then the fused epilogue (bias, residual, relu...) is applied as the
-    tile is stored.
+    tile is stored. With the ``plane`` knob the convolution is computed over the image's pixels
+    as one axis (a reduction stage of shape ``(N, C, 1, H * W, c)`` seen as the image by an
+    inlined view, :data:`PLANE_VIEW`): the register tiles run along the pixels across the rows,
+    the last one shorter where the tile does not divide them (rule ``conv2d_NCHWc_tail``).
 ``depthwise_conv2d_NCHWc``
     a depthwise ``nn.conv2d`` (multiplier 1) in ``NCHW{x}c``: the same tiles over the window;
     the padded rows of one channel block are computed per output row, where they stay in L1.
@@ -80,6 +83,7 @@ injective stage reading it (rules ``conv2d_NCHWc_at_root``, ``conv2d_NCHW_at_roo
 
 from __future__ import annotations
 
+import functools
 import re
 
 import numpy as np
@@ -344,9 +348,15 @@ def _padded_rows_and_columns(data, attrs):
     return padded(data, pads, te.cast(data.dtype, 0), "pad")
 
 
-def conv2d_nchwc_compute(inputs, attrs, out_type):
+def conv2d_nchwc_compute(inputs, attrs, out_type, plane: bool = False):
     """conv2d in NCHW{ib}c x OIHW{ib}i{ob}o -> NCHW{ob}c with the input channels as two reduce
-    axes (block ``rco`` and lane ``rci``) and the padded input as a stage ``pad``."""
+    axes (block ``rco`` and lane ``rci``) and the padded input as a stage ``pad``.
+
+    With ``plane``, the convolution is computed over the output plane's pixels as one axis
+    (``conv2d_NCHWc`` of shape ``(N, C, 1, H * W, c)``, pixel ``p`` at row ``p // W`` and
+    column ``p % W``), and the result is that tensor seen as the image (a stage
+    ``conv2d_NCHWc_plane``, inlined into its readers): a register tile of consecutive pixels may
+    then cross the rows (see :func:`conv2d_nchwc_space`)."""
     data, weight = inputs
     dt = out_type.dtype
     sh, sw = attrs.strides
@@ -362,7 +372,28 @@ def conv2d_nchwc_compute(inputs, attrs, out_type):
         value = src[n, rco, oh * sh + ry * dh, ow * sw + rx * dw, rci]
         return te.sum(_operand(value, dt) * _operand(weight[oco, rco, ry, rx, rci, oci], dt),
                       axis=[rco, ry, rx, rci])
-    return te.compute(shape_of(out_type), body, name="conv2d_NCHWc")
+    shape = shape_of(out_type)
+    if not plane:
+        return te.compute(shape, body, name="conv2d_NCHWc")
+    n, c, h, w, lanes = shape
+    flat = te.compute((n, c, 1, h * w, lanes),
+                      lambda n, oco, _, p, oci: body(n, oco, p // w, p % w, oci),
+                      name="conv2d_NCHWc")
+    return te.compute(shape, lambda n, oco, oh, ow, oci: flat[n, oco, 0, oh * w + ow, oci],
+                      name=PLANE_VIEW)
+
+
+#: the stage that shows a convolution computed over its plane's pixels as the image (see
+#: :func:`conv2d_nchwc_compute`)
+PLANE_VIEW = "conv2d_NCHWc_plane"
+
+
+def _reduction_of(tensor):
+    """The convolution's reduction stage behind ``tensor`` (its plane view's input)."""
+    op = tensor.op
+    if op.name == PLANE_VIEW:
+        return op.inputs[0]
+    return tensor
 
 
 def _int8_dot(call) -> bool:
@@ -492,6 +523,9 @@ def compute(call, target):
         block = int(call.args[1].checked_type.shape[4])
         if _int8_dot(call) and block % 4 == 0:
             return conv2d_nchwc_int8_compute
+        _, config = tuning_config(call)
+        if config is not None and config.get("plane"):
+            return functools.partial(conv2d_nchwc_compute, plane=True)
         return conv2d_nchwc_compute
     if kind == "depthwise_NCHWc":
         kw = int(call.args[1].checked_type.shape[3])
@@ -582,6 +616,15 @@ PARTITIONED_RULES = frozenset({"depthwise_conv2d_NCHWc", "reduce", "conv2d_NCHWc
                                "depthwise_conv2d_NCHWc_tail"})
 
 
+#: the fewest multiply-adds per output value (input channels x window) for which a host
+#: without AVX-512 computes a convolution's image over its pixels by default (the ``plane``
+#: knob of :func:`conv2d_nchwc_space`). Each register tile of pixels works out its pixels'
+#: rows and columns and sums a whole reduction: with a few input channels and a small window
+#: (MobileNet V2's and VGG-16's first layers: 3 channels, 3x3) that costs more than the
+#: longer tiles gain (1.2-1.5x slower in the networks, AMD EPYC, AVX2)
+PLANE_MIN_TAPS = 128
+
+
 def _divisors(n: int, limit: int) -> list:
     return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
 
@@ -599,7 +642,11 @@ def conv2d_nchwc_space(workload):
     layers ran 2.6-2.9x slower on 2 x 2 tiles than on 2 x 1. There, a width with no divisor
     from 2 to 4 (7) takes a whole row of 8-lane vectors, the block's halves one after the other
     (``vector``): 1x1 layers of 7x7 outputs ran 1.3-1.7x faster so than on 1 x 2 tiles of
-    whole blocks."""
+    whole blocks. There, too, an image whose convolution has :data:`PLANE_MIN_TAPS` taps or
+    more is computed over its pixels as one axis (``plane``) in tiles of 6 pixels of 16 lanes
+    (8 of 8) that cross its rows, the last one shorter: ResNet-18's stride-2 layers, in the
+    network, one thread, 0.76-0.95 of the time (the 3x3 one of 7x7 outputs 3.23 -> 2.45 ms),
+    the whole network 0.96-0.98 at one and two threads; the DQN 0.89-0.90."""
     from ...autotune.space import ConfigSpace
     n, oc_blocks, oh, ow, block = workload.out_shape
     space = ConfigSpace(workload.template)
@@ -627,19 +674,37 @@ def conv2d_nchwc_space(workload):
         # at 28x28 stride 2 130 -> 30 us
         tile, blocks, vector = conv_width_tile(ow, 7), 1, 8
     row = oh == 1 and ow >= 8 and workload.template == "conv2d_NCHWc"
+    # an image of several rows may be computed over its pixels as one axis (``plane``): a
+    # register tile of consecutive pixels then crosses the rows, any width up to 12, the last
+    # tile of the plane shorter where the width does not divide the pixels
+    plane_ok = (workload.template == "conv2d_NCHWc" and oh > 1 and workload.out_dtype ==
+                "float32" and all(d == "float32" for d in workload.arg_dtypes))
     widths = _divisors(ow, 28)
+    if plane_ok:
+        widths = sorted(set(widths) | set(range(2, min(oh * ow, 12) + 1)))
     if row:
         # an image as one row (see flattens_image): tiles of any width up to 12, the last one
-        # shorter where the width does not divide the row. (On images of several rows, tiles
-        # of 6 columns with a shorter last one, on ResNet-18's stride-2 layers alone, one
-        # thread, AVX2: 64 -> 128 channels 3x3 at 56x56 2269 -> 1888 us, 128 -> 256 1x1 at
-        # 28x28 249 -> 412 us against the tuned configs: no rule to choose them by)
+        # shorter where the width does not divide the row
         widths = sorted(set(widths) | set(range(2, min(ow, 12) + 1)))
         if narrow_host() and workload.out_dtype == "float32" and block in (8, 16):
             # 6 pixels by a block of 16 (12 accumulators, two registers a pixel, 8 loads for
             # 12 multiply-adds), or 8 pixels by a block of 8 (one load a multiply-add; 12
             # pixels, or 3 blocks of 4 pixels, ran 1.15-1.8x slower: the loads, the spills)
             vector, blocks, tile = block, 1, 6 if block == 16 else 8
+    parallel = "oc_tile" if row else "oc" if depthwise else "oc_row"
+    # the rule before the plane knob: what a logged config without that knob was measured with
+    legacy = {"tile_ow": tile, "tile_oc": blocks, "vector": vector, "parallel": parallel,
+              "plane": False}
+    data_shape, weight_shape = workload.arg_shapes[:2]
+    taps = data_shape[1] * data_shape[-1] * weight_shape[2] * weight_shape[3]
+    plane = plane_ok and narrow_host() and block in (8, 16) and taps >= PLANE_MIN_TAPS
+    if plane:
+        # without AVX-512, the tile of a row (6 pixels of 16 lanes) on the plane's pixels:
+        # widths of 7, 14 and 28 have no divisor near 6 (their tiles were 7 columns of 8
+        # lanes, or 2 columns of 2 blocks: 7 or 8 accumulators). Threads share channel blocks
+        # where there are 8 or more (each sweeps whole planes), else (block, tile) pairs
+        vector, blocks, tile = block, 1, 6 if block == 16 else 8
+        parallel = "oc" if oc_blocks >= 8 else "oc_tile"
     space.define_knob("tile_ow", widths, default=tile,
                       doc="output columns per register tile (each a vector of output channels)")
     space.define_knob("tile_oc", _divisors(oc_blocks, 4), default=blocks,
@@ -666,8 +731,13 @@ def conv2d_nchwc_space(workload):
     # against 455 us): the channel blocks outside, the tuner choosing. (With the tiles outside,
     # a shorter last tile's guard stays in every tile: the partitioning of the parallel loop
     # does not find the tile's index in the fused one)
-    space.define_knob("parallel", ["oc_row", "oc"] + (["oc_tile", "tile_oc"] if row else []),
-                      default="oc_tile" if row else "oc" if depthwise else "oc_row",
+    if plane_ok:
+        space.define_knob("plane", [False, True], default=plane,
+                          doc="compute the image over its pixels as one axis, the register "
+                          "tiles crossing its rows")
+    space.define_knob("parallel", ["oc_row", "oc"] + (["oc_tile", "tile_oc"] if row or plane_ok
+                                                      else []),
+                      default=parallel,
                       doc="threads share (channel block, row) pairs, channel blocks, (channel "
                       "block, register tile) pairs or (register tile, channel block) pairs")
     halves = narrow_host() and block > 8 and block % 8 == 0 and workload.out_dtype == "float32"
@@ -682,11 +752,22 @@ def conv2d_nchwc_space(workload):
     def constraint(c):
         if c["tile_ow"] * c["tile_oc"] > MAX_TILE_REGISTERS:
             return False
-        outer = oc_blocks // c["tile_oc"] * (oh if c["parallel"] == "oc_row" else
-                                             -(-ow // c["tile_ow"])
+        if c.get("plane"):
+            if c["parallel"] == "oc_row":      # the same loops as oc_tile on a plane
+                return False
+            tiles = -(-(oh * ow) // c["tile_ow"])
+        elif row:
+            tiles = -(-ow // c["tile_ow"])
+        elif ow % c["tile_ow"] or c["parallel"] in ("oc_tile", "tile_oc"):
+            return False    # an image's rows: tiles that divide them, (block, row) pairs
+        else:
+            tiles = 1
+        outer = oc_blocks // c["tile_oc"] * (oh if c["parallel"] == "oc_row" else tiles
                                              if c["parallel"] in ("oc_tile", "tile_oc") else 1)
         return outer >= 2 or not split
     space.constraint = constraint
+    if plane_ok:
+        space.legacy = ("plane", legacy)
     return space
 
 
@@ -773,7 +854,7 @@ def schedule(group, compute_at: bool = True):
     kind = _conv_kind(anchor) if anchor is not None else None
     keep = set()
     if kind in ("NCHWc", "depthwise_NCHWc", "NCHW"):
-        conv = group.anchor_tensors[0].op
+        conv = _reduction_of(group.anchor_tensors[0]).op
         pad = next((t.op for t in conv.inputs if t.op.name == "pad"
                     and isinstance(t.op, ComputeOp)), None)
         if pad is not None:
@@ -798,7 +879,8 @@ def schedule(group, compute_at: bool = True):
                 rule += "_tail"     # the last tile of each row shorter: partitioned
         else:
             rule += "_at_root"
-            _schedule_conv_nchwc_simple(s, group.anchor_tensors[0].op, next(iter(keep), None),
+            _schedule_conv_nchwc_simple(s, _reduction_of(group.anchor_tensors[0]).op,
+                                        next(iter(keep), None),
                                         list(group.outputs))
         done = set(s.ops)
     elif kind == "NCHW" and compute_at and _schedule_conv_nchw(s, group, keep):
@@ -959,11 +1041,13 @@ def _schedule_conv_nchwc(s, group, keep, config=None):
     ``config`` (:func:`conv2d_nchwc_space`; None: the defaults). True when the register tile
     does not divide the width: the last tile of each row is shorter, its loads and stores
     guarded (lowering partitions the loops, see ``PARTITIONED_RULES``)."""
-    conv_t = group.anchor_tensors[0]
+    image = group.anchor_tensors[0]
+    conv_t = _reduction_of(image)
     conv = conv_t.op
+    plane = conv_t is not image     # computed over the plane's pixels (conv2d_nchwc_compute)
     outputs = [t for t in group.outputs]
     pad = next(iter(keep), None)
-    if len(outputs) != 1 or tuple(outputs[0].shape) != tuple(conv_t.shape):
+    if len(outputs) != 1 or tuple(outputs[0].shape) != tuple(image.shape):
         _schedule_conv_nchwc_simple(s, conv, pad, outputs)
         return False
     if outputs[0].op is conv:
@@ -973,6 +1057,10 @@ def _schedule_conv_nchwc(s, group, keep, config=None):
         local = conv
         out_stage = s[outputs[0]]
     n, oco, oh, ow, oci = out_stage.op.axis
+    if plane:
+        # the tiles run along the plane's pixels, across its rows: the image's rows and
+        # columns fused, the pixel tile's accumulators computed over the flat pixels
+        ow, oh = out_stage.fuse(oh, ow), None
     config = config or conv2d_nchwc_space(workload_of(group.anchor)).default()
     tile, blocks = config["tile_ow"], config["tile_oc"]
     ow_outer, ow_inner = out_stage.split(ow, tile)
@@ -980,6 +1068,7 @@ def _schedule_conv_nchwc(s, group, keep, config=None):
     half = config.get("vector", oci.extent) < oci.extent
     tiles_first = config["parallel"] == "tile_oc" and n.extent == 1
     outer = [oh, ow_outer, oco_outer] if tiles_first else [oco_outer, oh, ow_outer]
+    outer = [axis for axis in outer if axis is not None]
     if half:
         # a register tile of part of the lanes (8 of a block of 16 on a host of 16 registers):
         # twice the columns per tile for the same registers, the block's halves one after the
@@ -993,7 +1082,11 @@ def _schedule_conv_nchwc(s, group, keep, config=None):
     # (each thread then sweeps whole planes) or the (channel block, tile) pairs (an image as
     # one row); a batch: the images
     attach = ow_outer
-    if config["parallel"] == "oc_row":
+    if plane and config["parallel"] in ("oc_row", "oc_tile") and n.extent == 1:
+        par = attach = out_stage.fuse(oco_outer, ow_outer)
+    elif plane and tiles_first:
+        par = attach = out_stage.fuse(ow_outer, oco_outer)
+    elif config["parallel"] == "oc_row" and not plane:
         par = out_stage.fuse(oco_outer, oh)
     elif config["parallel"] == "oc_tile" and n.extent == 1:
         par = attach = out_stage.fuse(out_stage.fuse(oco_outer, oh), ow_outer)
