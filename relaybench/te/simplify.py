@@ -127,8 +127,9 @@ class _Simplifier:
     def term_split(self, loop, body):
         """For a loop that cannot be cut (a parallel one), ``(term, low, high)``: a term of its
         conditions computed from the loop's variable alone (the row ``i % 112`` of a fused
-        (channel block, row) loop) and the widest range of its values over which none of
-        them turns; None when there is no such term or range short of the whole."""
+        (channel block, row) loop, or the variable itself) and the widest range of its values
+        over which none of them turns; None when there is no such term or range short of the
+        whole."""
         found = self.conditions(body)
         if found is None:
             return None
@@ -139,7 +140,7 @@ class _Simplifier:
             if form is None:
                 continue
             for key, (node, _) in form[0].items():
-                if not isinstance(node, Var) and L.free_vars(node) == {var}:
+                if node is var or (not isinstance(node, Var) and L.free_vars(node) == {var}):
                     by_term.setdefault(key, [node, []])[1].append(compare)
         best = None
         for key, (node, compares_of) in by_term.items():
@@ -175,8 +176,9 @@ class _Simplifier:
             def replace(node):
                 if id(node) in memo:
                     return memo[id(node)]
-                if isinstance(node, type(term)) and getattr(node, "op", None) == term.op \
-                        and L.to_text(node) == key:
+                if node is term or (not isinstance(term, Var) and isinstance(node, type(term))
+                                    and getattr(node, "op", None) == term.op
+                                    and L.to_text(node) == key):
                     out = by
                 else:
                     out = L.map_children(node, replace)
@@ -504,10 +506,18 @@ class _Simplifier:
                 self.memo.clear()
                 cuts = self.cuts(s, s.body, begin.value, begin.value + extent.value) \
                     if self.partition and s.kind == "serial" and extent.value > 2 else []
-                split = self.term_split(s, s.body) \
-                    if self.partition and s.kind == "parallel" else None
+                split, canonical = None, s.body
+                if self.partition and s.kind == "parallel":
+                    # the body simplified first: a term reads the same everywhere (the tile
+                    # ``f // 2 % 8`` of a fused loop is ``f // 2`` in one place and not yet in
+                    # another), so that every read of it is replaced
+                    self.partition = False
+                    canonical = self.stmt(s.body)
+                    self.partition = True
+                    self.memo.clear()
+                    split = self.term_split(s, canonical)
                 if split is not None:
-                    body = self.split_body(s.body, *split)
+                    body = self.split_body(canonical, *split)
                 elif cuts:
                     # the widest segment (the interior) has its inner loops partitioned too; the
                     # edges keep their guards: partitioning them again would multiply the copies

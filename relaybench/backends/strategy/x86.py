@@ -728,9 +728,7 @@ def conv2d_nchwc_space(workload):
     # other order the weights once and the input once a channel block. Measured on MobileNet
     # V2's layers alone, one thread (AMD EPYC, AVX2), caches flushed or not, neither order won
     # throughout (576 -> 96 channels at 14x14 252 against 277 us, 144 -> 24 at 56x56 476
-    # against 455 us): the channel blocks outside, the tuner choosing. (With the tiles outside,
-    # a shorter last tile's guard stays in every tile: the partitioning of the parallel loop
-    # does not find the tile's index in the fused one)
+    # against 455 us): the channel blocks outside, the tuner choosing
     if plane_ok:
         space.define_knob("plane", [False, True], default=plane,
                           doc="compute the image over its pixels as one axis, the register "
