@@ -193,10 +193,8 @@ class _Simplifier:
         self.memo.clear()
         self.partition = False
         b = self.bounds(term)
-        rest = None if b is None else [v for v in {b[0], b[1]} if not lo <= v <= hi]
-        if rest is not None and len(rest) == 1 and (b[0] == lo or b[1] == hi) \
-                and b[1] - b[0] == hi - lo + 1:
-            outside = self.stmt(replaced(IntImm(rest[0], term.dtype)))
+        if b is not None and b[1] - b[0] == hi - lo + 1:   # one value left: an end of the range
+            outside = self.stmt(replaced(IntImm(b[0] if b[0] < lo else b[1], term.dtype)))
         else:
             outside = self.stmt(body)
         self.partition = True

@@ -644,9 +644,9 @@ def conv2d_nchwc_space(workload):
     (``vector``): 1x1 layers of 7x7 outputs ran 1.3-1.7x faster so than on 1 x 2 tiles of
     whole blocks. There, too, an image whose convolution has :data:`PLANE_MIN_TAPS` taps or
     more is computed over its pixels as one axis (``plane``) in tiles of 6 pixels of 16 lanes
-    (8 of 8) that cross its rows, the last one shorter: ResNet-18's stride-2 layers, in the
-    network, one thread, 0.76-0.95 of the time (the 3x3 one of 7x7 outputs 3.23 -> 2.45 ms),
-    the whole network 0.96-0.98 at one and two threads; the DQN 0.89-0.90."""
+    (8 of 8) that cross its rows, the last one shorter: ResNet-18's stride-2 layers in the
+    network's per-kernel profile, one thread, 0.76-0.95 of the time (the 3x3 one of 7x7 outputs
+    3.23 -> 2.45 ms), the whole network 0.96-0.98 at one and two threads; the DQN 0.89-0.90."""
     from ...autotune.space import ConfigSpace
     n, oc_blocks, oh, ow, block = workload.out_shape
     space = ConfigSpace(workload.template)
