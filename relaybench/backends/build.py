@@ -326,31 +326,47 @@ def compile_groups(functions: Iterable[Function], target=None, stats: CompileSta
     misses = 0           # groups lowered here (not read from the lowering cache)
     pending: list = []   # [func, name, its GroupKernel or the lowering to generate code for,
     #                       its lowering cache key or None]
-    for func in functions:
-        if func in by_identity:
-            continue
-        key = structural_hash(func)
-        bucket = by_hash.setdefault(key, [])
-        found = next((k for f, k in bucket if structural_equal(f, func)), None)
-        if found is None:
-            base = group_name(func)
-            count = names.get(base, 0)
-            names[base] = count + 1
-            name = base if count == 0 else f"{base}_{count}"
-            cache_key = group_key(func, name, target, prefix)
-            kernel = _from_group_cache(func, name, target, cache_key, stats)
-            if kernel is None:
-                misses += 1
-                if misses == 3 and target.host.kind == "llvm":
-                    # compiles to come: a helper process may start while the rest is lowered
-                    from .llvm.compile_worker import prestart
-                    prestart()
-            found = [func, name, kernel or _lower_one(func, name, target, stats), cache_key]
-            pending.append(found)
-            bucket.append((func, found))
-        by_identity[func] = found
+    prefetchers: dict = {}   # target kind -> its CODE_PREFETCHERS object, once a group needs it
+    try:
+        for func in functions:
+            if func in by_identity:
+                continue
+            key = structural_hash(func)
+            bucket = by_hash.setdefault(key, [])
+            found = next((k for f, k in bucket if structural_equal(f, func)), None)
+            if found is None:
+                base = group_name(func)
+                count = names.get(base, 0)
+                names[base] = count + 1
+                name = base if count == 0 else f"{base}_{count}"
+                cache_key = group_key(func, name, target, prefix)
+                kernel = _from_group_cache(func, name, target, cache_key, stats)
+                if kernel is None:
+                    misses += 1
+                    if misses == 3 and target.host.kind == "llvm":
+                        # compiles to come: a helper process may start while the rest is lowered
+                        from .llvm.compile_worker import prestart
+                        prestart()
+                    kernel = _lower_one(func, name, target, stats)
+                    kind = None if isinstance(kernel, GroupKernel) else kernel[2].kind
+                    if kind in CODE_PREFETCHERS:
+                        if kind not in prefetchers:
+                            prefetchers[kind] = CODE_PREFETCHERS[kind]()
+                        # the kernel may compile while the rest is lowered
+                        prefetchers[kind].lowered(kernel[0].prim_func)
+                found = [func, name, kernel, cache_key]
+                pending.append(found)
+                bucket.append((func, found))
+            by_identity[func] = found
+    except BaseException:
+        for prefetch in prefetchers.values():
+            prefetch.abandon()
+        from .llvm.compile_worker import clear_mark, release_spare
+        clear_mark()
+        release_spare()
+        raise
     # every group lowered: the code generator may compile the kernels on several cores at once
-    plans = _prefetch(pending, stats)
+    plans = _prefetch(pending, stats, prefetchers)
     for entry in pending:
         func, name, lowered, cache_key = entry
         if not isinstance(lowered, GroupKernel):
@@ -444,53 +460,108 @@ def _to_group_cache(cache_key: str, kernel: GroupKernel) -> None:
         "rule": lowered.rule, "kernel": manifest})
 
 
-def _llvm_prefetch(prim_funcs: list) -> dict:
-    """Compile the LLVM kernels of ``prim_funcs`` no cache holds, several at once; returns
-    ``{id(prim_func): (its KernelPlan for _llvm_kernel, its share of the seconds spent here)}``:
-    the time to plan it, and of LLVM's time with the others its part by its own LLVM seconds."""
-    from .llvm.codegen import KernelPlan, compile_ahead
-    start = time.perf_counter()
-    plans, spent = {}, {}
-    for prim_func in prim_funcs:
+class _LLVMPrefetch:
+    """Compiles a build's LLVM kernels that no cache holds ahead of the one-by-one code
+    generation, several at once.
+
+    :meth:`lowered` is called with each group's PrimFunc as soon as it is lowered: it plans the
+    kernel (:class:`.llvm.codegen.KernelPlan`) and, once a helper process was started ahead
+    (:func:`.llvm.compile_worker.prestart`, from the build's third group to compile on, when a
+    core is idle), hands every kernel that will be a module of its own (one that cannot share
+    phases with another, :func:`.llvm.codegen.may_share`) to it at once, so that LLVM runs while
+    the build lowers the rest. :meth:`finish` compiles the rest, the shared modules first
+    (:func:`.llvm.codegen.compile_ahead`), and returns ``{id(prim_func): (its KernelPlan for
+    _llvm_kernel, its share of the seconds spent here)}``: the time to plan it, and of LLVM's
+    time with the others its part by its own LLVM seconds."""
+
+    def __init__(self):
+        self.plans: dict = {}
+        self.spent: dict = {}
+        self.stream = None
+        self.handed: set = set()
+
+    def lowered(self, prim_func) -> None:
+        from .llvm.codegen import KernelPlan, may_share
         t0 = time.perf_counter()
         try:
-            plans[id(prim_func)] = KernelPlan(prim_func)
+            plan = KernelPlan(prim_func)
         except Exception:  # raised again, naming the group, when its kernel is built
-            continue
-        spent[id(prim_func)] = time.perf_counter() - t0
-    if not plans:
-        return {}
-    t0 = time.perf_counter()
-    llvm = compile_ahead(list(plans.values())) if len(plans) > 1 else {}
-    pool = time.perf_counter() - t0
-    weights = {k: llvm.get(plan.key_text, 0.0) for k, plan in plans.items()}
-    total = sum(weights.values())
-    for k in plans:
-        spent[k] += pool * (weights[k] / total if total > 0 else 1.0 / len(plans))
-    rest = (time.perf_counter() - start - sum(spent.values())) / len(plans)
-    return {k: (plan, spent[k] + rest) for k, plan in plans.items()}
+            return
+        self.plans[id(prim_func)] = plan
+        if self.stream is None:
+            from .llvm.jit import get_jit
+            self.stream = get_jit().stream()
+        if self.stream is not None:
+            for key, known in self.plans.items():
+                if key not in self.handed and not may_share(known):
+                    self.handed.add(key)
+                    self.stream.submit(known.module_generate, known.module_key,
+                                       known.func.name)
+        self.spent[id(prim_func)] = time.perf_counter() - t0
+
+    def abandon(self) -> None:
+        if self.stream is not None:
+            self.stream.abandon()
+
+    def finish(self, prim_funcs: list) -> dict:
+        from .llvm.codegen import KernelPlan, compile_ahead
+        start = time.perf_counter()
+        plans, spent = {}, {}
+        for prim_func in prim_funcs:
+            t0 = time.perf_counter()
+            plan = self.plans.get(id(prim_func))
+            if plan is None:
+                try:
+                    plan = KernelPlan(prim_func)
+                except Exception:  # raised again, naming the group, when its kernel is built
+                    continue
+            plans[id(prim_func)] = plan
+            spent[id(prim_func)] = self.spent.get(id(prim_func), 0.0) + time.perf_counter() - t0
+        if not plans:
+            self.abandon()
+            return {}
+        t0 = time.perf_counter()
+        if len(plans) > 1 or self.stream is not None:
+            llvm = compile_ahead(list(plans.values()), stream=self.stream)
+        else:
+            llvm = {}
+        pool = time.perf_counter() - t0
+        weights = {k: llvm.get(plan.key_text, 0.0) for k, plan in plans.items()}
+        total = sum(weights.values())
+        for k in plans:
+            spent[k] += pool * (weights[k] / total if total > 0 else 1.0 / len(plans))
+        rest = (time.perf_counter() - start - pool) / len(plans)
+        return {k: (plan, spent[k] + rest) for k, plan in plans.items()}
 
 
-#: target kind -> compiles a build's kernels ahead of the one-by-one code generation: list of
-#: PrimFuncs -> {id(prim_func): (what CODE_GENERATORS takes as ``plan``, seconds spent on it)}
-CODE_PREFETCHERS = {"llvm": _llvm_prefetch}
+#: target kind -> makes the object that compiles a build's kernels ahead of the one-by-one code
+#: generation: ``lowered(prim_func)`` after each group is lowered, ``finish(prim_funcs)`` ->
+#: {id(prim_func): (what CODE_GENERATORS takes as ``plan``, seconds spent on it)}, ``abandon()``
+#: when the build fails
+CODE_PREFETCHERS = {"llvm": _LLVMPrefetch}
 
 
-def _prefetch(pending: list, stats: CompileStats) -> dict:
+def _prefetch(pending: list, stats: CompileStats, prefetchers: dict) -> dict:
     by_kind: dict = {}
     for _, _, lowered, _ in pending:
         if not isinstance(lowered, GroupKernel):
             by_kind.setdefault(lowered[2].kind, []).append(lowered[0].prim_func)
     plans: dict = {}
-    for kind, prim_funcs in by_kind.items():
-        prefetch = CODE_PREFETCHERS.get(kind)
-        if prefetch is not None:
-            found = prefetch(prim_funcs)
-            stats.compile_seconds += sum(seconds for _, seconds in found.values())
-            plans.update(found)
-    from .llvm.compile_worker import clear_mark, release_spare
-    clear_mark()
-    release_spare()
+    try:
+        for kind, prim_funcs in by_kind.items():
+            prefetch = prefetchers.pop(kind, None)
+            if prefetch is None and kind in CODE_PREFETCHERS:
+                prefetch = CODE_PREFETCHERS[kind]()
+            if prefetch is not None:
+                found = prefetch.finish(prim_funcs)
+                stats.compile_seconds += sum(seconds for _, seconds in found.values())
+                plans.update(found)
+    finally:
+        for prefetch in prefetchers.values():
+            prefetch.abandon()
+        from .llvm.compile_worker import clear_mark, release_spare
+        clear_mark()
+        release_spare()
     return plans
 
 

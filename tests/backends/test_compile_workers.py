@@ -15,10 +15,12 @@ def test_a_build_whose_kernels_helper_processes_compiled(monkeypatch, tmp_path):
     monkeypatch.setenv("RB_CACHE_DIR", str(tmp_path / "kernels"))
     used = []
 
-    def two(jobs):
+    def two(jobs, busy=0):
         used.append(jobs)
         return 2
     monkeypatch.setattr(compile_worker, "worker_count", two)
+    # no helper started ahead: the pool is made once every group is lowered
+    monkeypatch.setattr(compile_worker, "prestart", lambda: False)
     rng = np.random.default_rng(3)
     w1 = rng.standard_normal((29, 41)).astype("float32")
     w2 = rng.standard_normal((13, 29)).astype("float32")
@@ -98,10 +100,10 @@ def test_a_mark_measures_since_it_was_made_and_nothing_waits(monkeypatch):
     assert compile_worker._mark is None
 
 
-def _dense_chain(rng):
-    x = var("x", shape=(3, 41))
-    weights = [rng.standard_normal(shape).astype("float32") * 0.3
-               for shape in ((29, 41), (23, 29), (13, 23), (7, 13))]
+def _dense_chain(rng, sizes=(41, 29, 23, 13, 7)):
+    x = var("x", shape=(3, sizes[0]))
+    weights = [rng.standard_normal((n, m)).astype("float32") * 0.3
+               for m, n in zip(sizes, sizes[1:])]
     y = x
     for k, w in enumerate(weights):
         y = op.nn.dense(y, const(w))
@@ -109,38 +111,35 @@ def _dense_chain(rng):
     return IRModule.from_expr(Function([x], y)), weights
 
 
-def test_a_helper_started_during_lowering_is_the_one_the_pool_uses(monkeypatch, tmp_path):
-    """Once a build has lowered its third group on an idle machine, a helper process starts
-    loading while the rest is lowered; the pool then compiles with it and starts no other."""
-    import time
-    monkeypatch.setenv("RB_CACHE_DIR", str(tmp_path / "kernels"))
-    started = []
-
-    class Counting(compile_worker._Worker):
-        def __init__(self):
-            super().__init__()
-            started.append(self)
-    monkeypatch.setattr(compile_worker, "_Worker", Counting)
-    # every CPU idle since a mark made a second ago
-    monkeypatch.setattr(compile_worker, "mark_cpu", lambda: setattr(
-        compile_worker, "_mark", ((0, 0), time.process_time(), time.perf_counter() - 1.0)))
-    monkeypatch.setattr(compile_worker, "_cpu_times", lambda: (100, 100))
-    counts = []
-    real_count = compile_worker.worker_count
-    monkeypatch.setattr(compile_worker, "worker_count",
-                        lambda jobs: counts.append((jobs, len(compile_worker._spare))) or 1)
-    rng = np.random.default_rng(5)
-    mod, weights = _dense_chain(rng)
-    lib = rb.build(mod, target="llvm")
-    assert counts and counts[0][1] == 1          # the spare was there when the pool was sized
-    assert len(started) == 1 and compile_worker._spare == []
-    data = rng.standard_normal((3, 41)).astype("float64")
+def _check_dense_chain(lib, weights, rng):
+    """``lib`` (built from :func:`_dense_chain`) against numpy in float64."""
+    data = rng.standard_normal((3, weights[0].shape[1])).astype("float64")
     want = data
     for k, w in enumerate(weights):
         want = want @ w.T.astype("float64")
         want = np.tanh(want) if k % 2 == 0 else np.exp(want * 0.1)
     np.testing.assert_allclose(np.asarray(lib.run(x=data.astype("float32"))), want, rtol=1e-4,
                                atol=1e-5)
+
+
+def test_a_helper_started_during_lowering_is_the_one_the_pool_uses(monkeypatch, tmp_path):
+    """Once a build has lowered its third group on an idle machine, a helper process starts
+    loading while the rest is lowered; the pool then compiles with it and starts no other."""
+    monkeypatch.setenv("RB_CACHE_DIR", str(tmp_path / "kernels"))
+    started = []
+    _idle_machine(monkeypatch, started)
+    counts = []
+    real_count = compile_worker.worker_count
+    monkeypatch.setattr(compile_worker, "worker_count", lambda jobs, busy=0: counts.append(
+        (jobs, busy, len(compile_worker._spare))) or 0)
+    rng = np.random.default_rng(5)
+    mod, weights = _dense_chain(rng)
+    lib = rb.build(mod, target="llvm")
+    # the spare was taken while the groups were lowered: one helper busy when the pool was
+    # sized, none more asked for
+    assert counts and counts[0][1:] == (1, 0)
+    assert len(started) == 1 and compile_worker._spare == []
+    _check_dense_chain(lib, weights, rng)
     # the spare counts as an idle core of the build's own when the helpers are counted
     monkeypatch.setattr(compile_worker, "worker_count", real_count)
     monkeypatch.setattr(compile_worker, "_cores", lambda: 2)
@@ -148,6 +147,94 @@ def test_a_helper_started_during_lowering_is_the_one_the_pool_uses(monkeypatch, 
     assert compile_worker.worker_count(10) == 0
     monkeypatch.setattr(compile_worker, "_spare", [object()])
     assert compile_worker.worker_count(10) == 1
+    # a helper busy already is an idle core of the build's own; the answer is how many more
+    monkeypatch.setattr(compile_worker, "_spare", [])
+    assert compile_worker.worker_count(10, busy=1) == 0
+    monkeypatch.setattr(compile_worker, "_cores", lambda: 8)
+    monkeypatch.setattr(compile_worker, "idle_cores", lambda cores: 5.0)
+    assert compile_worker.worker_count(10, busy=1) == 4    # 5 idle + its own: 5 helpers
+    assert compile_worker.worker_count(2, busy=1) == 1     # one more for two modules
+    assert compile_worker.worker_count(0, busy=1) == 0
+
+
+def _idle_machine(monkeypatch, started):
+    """Every CPU idle since a mark made a second ago; helpers counted in ``started``."""
+    import time
+
+    class Counting(compile_worker._Worker):
+        def __init__(self):
+            super().__init__()
+            started.append(self)
+    monkeypatch.setattr(compile_worker, "_Worker", Counting)
+    monkeypatch.setattr(compile_worker, "mark_cpu", lambda: setattr(
+        compile_worker, "_mark", ((0, 0), time.process_time(), time.perf_counter() - 1.0)))
+    monkeypatch.setattr(compile_worker, "_cpu_times", lambda: (100, 100))
+
+
+def test_kernels_compile_while_the_rest_is_lowered(monkeypatch, tmp_path):
+    """Once the helper started ahead is there, each kernel that will be a module of its own is
+    handed to it as soon as its group is lowered: LLVM runs while the build lowers the rest.
+    The build's answers against numpy, and every kernel compiled once."""
+    from relaybench.backends import build as build_module
+    from relaybench.backends.llvm import jit
+    monkeypatch.setenv("RB_CACHE_DIR", str(tmp_path / "kernels"))
+    monkeypatch.setenv("RB_LOWERING_CACHE", "off")   # every group lowered here
+    started, events = [], []
+    _idle_machine(monkeypatch, started)
+    real_lower, real_submit = build_module._lower_one, jit.CompileStream.submit
+
+    def lower(func, name, target, stats):
+        found = real_lower(func, name, target, stats)
+        events.append(("lowered", name))
+        return found
+
+    def submit(self, module, key, name):
+        events.append(("handed", name))
+        return real_submit(self, module, key, name)
+    monkeypatch.setattr(build_module, "_lower_one", lower)
+    monkeypatch.setattr(jit.CompileStream, "submit", submit)
+    rng = np.random.default_rng(7)
+    mod, weights = _dense_chain(rng, (47, 29, 23, 13, 7, 11, 17, 19, 5))
+    lib = rb.build(mod, target="llvm")
+    lowered = [name for what, name in events if what == "lowered"]
+    handed = [name for what, name in events if what == "handed"]
+    assert len(started) == 1 and len(lowered) >= 5
+    # the first groups were handed over before the last one was lowered, each once
+    assert events.index(("handed", lowered[0])) < events.index(("lowered", lowered[-1]))
+    assert len(handed) == len(set(handed)) and set(handed) <= set(lowered)
+    stats = lib.compile_stats
+    # each kernel compiled once here (or loaded already by an earlier build of this process)
+    assert stats.llvm_compiled + stats.from_memory == len(lowered) and stats.from_disk == 0
+    _check_dense_chain(lib, weights, rng)
+
+
+def test_a_build_that_fails_while_kernels_compile_lets_its_helper_go(monkeypatch, tmp_path):
+    """A group whose lowering fails after kernels were handed to the helper: the build raises
+    the error naming the group, and the helper process ends instead of waiting for more."""
+    import time
+    from relaybench.backends import build as build_module
+    from relaybench.errors import CompileError
+    monkeypatch.setenv("RB_CACHE_DIR", str(tmp_path / "kernels"))
+    monkeypatch.setenv("RB_LOWERING_CACHE", "off")
+    started = []
+    _idle_machine(monkeypatch, started)
+    real_lower = build_module._lower_one
+    seen = []
+
+    def lower(func, name, target, stats):
+        seen.append(name)
+        if len(seen) == 5:
+            raise CompileError(f"fused group {name}: no schedule (a test)")
+        return real_lower(func, name, target, stats)
+    monkeypatch.setattr(build_module, "_lower_one", lower)
+    mod, _ = _dense_chain(np.random.default_rng(8), (43, 31, 37, 9, 21, 6, 15, 27, 3))
+    with pytest.raises(CompileError, match="no schedule"):
+        rb.build(mod, target="llvm")
+    assert len(started) == 1 and compile_worker._spare == []
+    deadline = time.monotonic() + 20
+    while started[0].process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert started[0].process.poll() is not None
 
 
 def test_no_helper_starts_ahead_on_a_busy_machine(monkeypatch):

@@ -160,7 +160,7 @@ def test_the_largest_modules_are_compiled_first(small_phases, monkeypatch):
     from relaybench.backends.llvm import jit
     seen = []
 
-    def record(self, jobs, cache=True):
+    def record(self, jobs, cache=True, stream=None):
         seen.extend(jobs)
         return {key: 1.0 for _, key, _ in jobs}
     monkeypatch.setattr(jit.JIT, "compile_ahead", record)

@@ -138,7 +138,7 @@ from .jit import compile_module, host_target, int8_path, prefer_vector_width
 from .runtime import Kernel, PhasedKernel, Phase, TensorSpec
 
 __all__ = ["build_kernel", "CompiledKernel", "KernelPlan", "SharedPhases", "compile_ahead",
-           "kernel_from_manifest", "share_phases", "SHARE_MIN_TEXT", "SHARE_MAX_KERNELS",
+           "kernel_from_manifest", "may_share", "share_phases", "SHARE_MIN_TEXT", "SHARE_MAX_KERNELS",
            "STACK_LIMIT_BYTES",
            "UNROLL_LIMIT", "VECTOR_LANES_LIMIT"]
 
@@ -2229,6 +2229,16 @@ def _buffers_used(stmt) -> set:
     return found - local
 
 
+def may_share(plan: KernelPlan) -> bool:
+    """Whether :func:`share_phases` could put ``plan`` in a module with other kernels (it has a
+    phase of at least :data:`SHARE_MIN_TEXT` characters): a plan that cannot is its own module
+    whatever else the build compiles, and may be compiled before the rest is lowered."""
+    if plan.shared is not None:
+        return True
+    keys = plan.phase_keys()
+    return bool(keys) and any(length >= SHARE_MIN_TEXT for length, _, _ in keys)
+
+
 def share_phases(plans: Sequence[KernelPlan]) -> list:
     """Put kernels that have a large phase in common into one module each, the common phases
     compiled once; returns the :class:`SharedPhases` made.
@@ -2346,12 +2356,14 @@ def _forwarder(module, name: str, target, params, positions, parallel: bool):
     return fn
 
 
-def compile_ahead(plans: Sequence[KernelPlan], cache: bool = True) -> dict:
+def compile_ahead(plans: Sequence[KernelPlan], cache: bool = True, stream=None) -> dict:
     """Compile the kernels of ``plans`` that no cache holds, on several cores at once (see
     :meth:`.jit.JIT.compile_ahead`); :func:`build_kernel` with each plan then loads them.
     Kernels with the same large phases are first put into shared modules
-    (:func:`share_phases`). Returns ``{plan.key_text: LLVM seconds}`` of those compiled (a
-    shared module's seconds split evenly among its kernels)."""
+    (:func:`share_phases`). ``stream`` (:meth:`.jit.JIT.stream`) compiles the plans handed to
+    it already (:func:`may_share` false for each) and is ended here. Returns
+    ``{plan.key_text: LLVM seconds}`` of those compiled (a shared module's seconds split evenly
+    among its kernels)."""
     from .jit import get_jit
     share_phases(plans)
     jobs, members = [], {}
@@ -2363,7 +2375,7 @@ def compile_ahead(plans: Sequence[KernelPlan], cache: bool = True) -> dict:
     # the largest first (by their loop IR, which LLVM's time follows): the helpers start on
     # the long compiles and the short ones even out the end
     jobs.sort(key=lambda job: -len(job[1]))
-    seconds = get_jit().compile_ahead(jobs, cache=cache)
+    seconds = get_jit().compile_ahead(jobs, cache=cache, stream=stream)
     # a shared module's time is split among its kernels
     return {key_text: spent / len(members[key])
             for key, spent in seconds.items() for key_text in members[key]}

@@ -36,7 +36,7 @@ import time
 from collections import deque
 
 __all__ = ["compile_object", "WorkerPool", "worker_count", "idle_cores", "mark_cpu",
-           "clear_mark", "prestart", "release_spare", "NO_SLP"]
+           "clear_mark", "prestart", "has_spare", "release_spare", "NO_SLP"]
 
 
 NO_SLP = "rb.no-slp"
@@ -83,7 +83,7 @@ def compile_object(llvm, machine, triple: str, text: str, digest: str) -> tuple:
     return machine.emit_object(mod), str(mod), symbols
 
 
-def worker_count(jobs: int) -> int:
+def worker_count(jobs: int, busy: int = 0) -> int:
     """How many helper processes ``jobs`` compiles are worth: one per idle core beyond the one
     this process works on, at most one per job beyond the first, at most 7; none for fewer than
     3 jobs (starting a helper costs about as much as a small kernel). On a machine whose cores
@@ -93,16 +93,20 @@ def worker_count(jobs: int) -> int:
     build's :func:`mark_cpu`, or over 50 ms of waiting), not read from the load average, which
     counts this process's own work of the last minute: a 2-core machine on which only this
     process had been busy reads a load of 1 or more, and a build there would compile alone.
+
+    ``busy`` helpers of the build are compiling already (a :class:`WorkerPool` fed while the
+    build lowered its groups): their cores are the build's own, and the answer is how many to
+    add to them.
     """
-    if jobs < 3:
+    if jobs < 3 and not busy:
         return 0
     cores = _cores()
     if cores < 2:
         return 0
     # a helper started ahead (prestart) was busy starting while the cores were measured: its
     # core is the build's own
-    idle = idle_cores(cores) + len(_spare)
-    return max(0, min(int(idle + 0.5) - 1, cores - 1, jobs - 1, 7))
+    idle = idle_cores(cores) + len(_spare) + busy
+    return max(0, min(int(idle + 0.5) - 1, cores - 1, jobs + busy - 1, 7) - busy)
 
 
 def _cores() -> int:
@@ -131,6 +135,11 @@ def prestart() -> bool:
     except OSError:
         return False
     return True
+
+
+def has_spare() -> bool:
+    """Whether a helper started ahead (:func:`prestart`) waits for a pool."""
+    return bool(_spare)
 
 
 def release_spare() -> None:
@@ -245,86 +254,121 @@ class _Worker:
 
 
 class WorkerPool:
-    """Compile jobs ``(make_text, digest, name)`` here and in ``workers`` helper processes at once.
+    """Compile jobs ``(text, digest, name)`` here and in helper processes at once.
 
-    ``make_text()`` gives the module's LLVM IR text; this process makes the texts one after the
-    other while the helpers start and compile the first ones. ``compile_here(text, digest,
-    name)`` compiles one job in this process (the JIT's own machine, under its lock) and
-    returns ``(object, ir, symbols)``. :meth:`run` returns ``{digest: ((object, ir, symbols),
-    seconds)}`` for the jobs that compiled; a job whose text cannot be made or that LLVM
-    rejected is left out (compiled again alone, it raises the error where it is expected). A
-    helper that cannot start or dies hands its job back; this process finishes them.
+    ``compile_here(text, digest, name)`` compiles one job in this process (the JIT's own
+    machine, under its lock) and returns ``(object, ir, symbols)``. Jobs are queued with
+    :meth:`put` (``first``: ahead of the others, in the order put so) while the helpers started
+    by :meth:`add_helpers` take them; :meth:`finish` then has this process compile what is
+    left beside them and returns ``{digest: ((object, ir, symbols), seconds)}`` for the jobs
+    that compiled. :meth:`run` does it all for a list of ``(make_text, digest, name)``, this
+    process making the texts one after the other while the helpers start and compile the first
+    ones. A job that LLVM rejected is left out (compiled again alone, it raises the error where
+    it is expected). A helper that cannot start or dies hands its job back; this process
+    finishes them.
     """
 
-    def __init__(self, compile_here, host: tuple, workers: int):
+    def __init__(self, compile_here, host: tuple, workers: int = 0):
         self.compile_here = compile_here
         self.host = host  # (triple, cpu, features)
         self.workers = workers
+        self._queue: deque = deque()
+        self._first: deque = deque()
+        self._ready = threading.Condition()
+        self._made = False
+        self._threads: list = []
+        self.results: dict = {}
+
+    def _take(self, wait: bool):
+        with self._ready:
+            while not self._first and not self._queue and wait and not self._made:
+                self._ready.wait()
+            if self._first:
+                return self._first.popleft()
+            return self._queue.popleft() if self._queue else None
+
+    def _helper(self) -> None:
+        try:
+            worker = _spare.pop()       # one started ahead, already loaded
+        except IndexError:
+            try:
+                worker = _Worker()
+            except OSError:
+                return
+        try:
+            while True:
+                job = self._take(wait=True)
+                if job is None:
+                    return
+                text, digest, name = job
+                try:
+                    ok, value, seconds = worker.run((text, digest, name) + self.host)
+                except (EOFError, OSError, pickle.UnpicklingError):
+                    self.put(*job, first=True)  # the helper died: this process does the job
+                    return
+                if ok:
+                    with self._ready:
+                        self.results[digest] = (tuple(value), seconds)
+        finally:
+            worker.close()
+
+    def add_helpers(self, count: int) -> None:
+        """Start ``count`` more helpers (a process started ahead by :func:`prestart` first)."""
+        for _ in range(count):
+            thread = threading.Thread(target=self._helper, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    @property
+    def helpers(self) -> int:
+        return len(self._threads)
+
+    def put(self, text: str, digest: str, name: str, first: bool = False) -> None:
+        with self._ready:
+            (self._first if first else self._queue).append((text, digest, name))
+            self._ready.notify()
+
+    def finish(self) -> dict:
+        """No more jobs: compile what is left here too, wait for the helpers, return the
+        results."""
+        with self._ready:
+            self._made = True
+            self._ready.notify_all()
+        while True:
+            job = self._take(wait=False)
+            if job is None:
+                break
+            self._here(job, self.results)
+        for t in self._threads:
+            t.join()
+        while True:  # a helper that died after the queue ran dry handed its job back
+            job = self._take(wait=False)
+            if job is None:
+                break
+            self._here(job, self.results)
+        return self.results
+
+    def abandon(self) -> None:
+        """Drop the jobs not started; the helpers close after the one they are compiling."""
+        with self._ready:
+            self._made = True
+            self._queue.clear()
+            self._first.clear()
+            self._ready.notify_all()
 
     def run(self, jobs: list) -> dict:
-        queue: deque = deque()
-        ready = threading.Condition()
-        state = {"made": False}
-        results: dict = {}
-
-        def take(wait: bool):
-            with ready:
-                while not queue and wait and not state["made"]:
-                    ready.wait()
-                return queue.popleft() if queue else None
-
-        def helper():
-            try:
-                worker = _spare.pop()       # one started ahead, already loaded
-            except IndexError:
-                try:
-                    worker = _Worker()
-                except OSError:
-                    return
-            try:
-                while True:
-                    job = take(wait=True)
-                    if job is None:
-                        return
-                    text, digest, name = job
-                    try:
-                        ok, value, seconds = worker.run((text, digest, name) + self.host)
-                    except (EOFError, OSError, pickle.UnpicklingError):
-                        with ready:
-                            queue.append(job)  # the helper died: this process does the job
-                        return
-                    if ok:
-                        with ready:
-                            results[digest] = (tuple(value), seconds)
-            finally:
-                worker.close()
-
-        threads = [threading.Thread(target=helper, daemon=True) for _ in range(self.workers)]
-        for t in threads:
-            t.start()
+        self.add_helpers(self.workers)
         try:
             for make_text, digest, name in jobs:
                 try:
                     text = make_text()
                 except Exception:  # raised again, naming the kernel, when it is compiled alone
                     continue
-                with ready:
-                    queue.append((text, digest, name))
-                    ready.notify()
-        finally:
-            with ready:
-                state["made"] = True
-                ready.notify_all()
-        while True:
-            job = take(wait=False)
-            if job is None:
-                break
-            self._here(job, results)
-        for t in threads:
-            t.join()
-        while queue:  # a helper that died after the queue ran dry handed its job back
-            self._here(queue.popleft(), results)
-        return results
+                self.put(text, digest, name)
+        except BaseException:
+            self.abandon()
+            raise
+        return self.finish()
 
     def _here(self, job: tuple, results: dict) -> None:
         text, digest, name = job

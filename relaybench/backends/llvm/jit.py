@@ -424,7 +424,8 @@ class JIT:
             raise CompileError(f"LLVM rejected module {name!r}: {err}") from None
         return CacheEntry(obj, optimized, symbols)
 
-    def compile_ahead(self, jobs: Sequence[tuple], *, cache: bool = True) -> dict:
+    def compile_ahead(self, jobs: Sequence[tuple], *, cache: bool = True,
+                      stream: "CompileStream | None" = None) -> dict:
         """Compile the modules of ``jobs`` that are neither loaded nor in the disk cache, on
         several cores at once, ahead of the :meth:`compile_module` calls that will ask for them.
 
@@ -434,7 +435,9 @@ class JIT:
         origin ``"compiled"``) and, with ``cache``, is in the disk cache at once. Fewer than 3
         modules to compile, or one core, compile nothing here (the calls compile them one by
         one). A module whose making or compiling fails is left to its ``compile_module`` call,
-        which raises the error naming it. Returns ``{key: LLVM seconds}`` of those compiled.
+        which raises the error naming it. ``stream`` (from :meth:`stream`) is a pool fed
+        already: ``jobs`` join what it compiles, ahead of what it has not started, and this
+        call ends it. Returns ``{key: LLVM seconds}`` of those compiled.
         """
         from .compile_worker import WorkerPool, worker_count
         todo, seen = [], set()
@@ -443,24 +446,39 @@ class JIT:
                 digest = cache_key(key, self.target.identity)
                 if digest in seen or digest in self._loaded or digest in self._fresh:
                     continue
+                if stream is not None and digest in stream.keys:
+                    continue
                 seen.add(digest)
                 if cache and self.cache.path(digest).exists():
                     continue
                 todo.append((module, key, name, digest))
-        workers = worker_count(len(todo))
-        if workers == 0:
-            return {}
+        if stream is None:
+            workers = worker_count(len(todo))
+            if workers == 0:
+                return {}
+            pool = WorkerPool(self._compile_here, self._host(), workers)
+        else:
+            pool = stream.pool
+            pool.add_helpers(worker_count(len(todo), busy=pool.helpers))
+        keys = {digest: key for _, key, _, digest in todo}
+        if stream is not None:
+            keys.update(stream.keys)
         texts = [((lambda m=module: str(m() if callable(m) else m)), digest, name)
                  for module, key, name, digest in todo]
-        keys = {digest: key for _, key, _, digest in todo}
-
-        def compile_here(text, digest, name):
-            with self.lock:
-                from .compile_worker import compile_object
-                return compile_object(_binding(), self.machine, self.target.triple, text, digest)
-
-        host = (self.target.triple, self.target.cpu, self.target.features)
-        done = WorkerPool(compile_here, host, workers).run(texts)
+        if stream is None:
+            done = pool.run(texts)
+        else:
+            try:
+                for make_text, digest, name in texts:
+                    try:
+                        text = make_text()
+                    except Exception:  # raised again, naming the kernel, by compile_module
+                        continue
+                    pool.put(text, digest, name, first=True)
+            except BaseException:
+                pool.abandon()
+                raise
+            done = pool.finish()
         seconds = {}
         for digest, (value, spent) in done.items():
             entry = CacheEntry(*value)
@@ -470,6 +488,27 @@ class JIT:
                 self._fresh[digest] = (entry, spent)
             seconds[keys[digest]] = spent
         return seconds
+
+    def stream(self, *, cache: bool = True) -> "CompileStream | None":
+        """A pool compiling modules in a helper process while the caller goes on
+        (:meth:`CompileStream.submit`), when a helper was started ahead
+        (:func:`.compile_worker.prestart`: a core was idle); else None. A build lowering its
+        groups hands it each kernel that will have a module of its own as soon as it is
+        lowered; :meth:`compile_ahead` with ``stream=`` adds the rest and ends it."""
+        from .compile_worker import WorkerPool, has_spare
+        if not has_spare():
+            return None
+        pool = WorkerPool(self._compile_here, self._host())
+        pool.add_helpers(1)
+        return CompileStream(self, pool, cache)
+
+    def _compile_here(self, text, digest, name):
+        with self.lock:
+            from .compile_worker import compile_object
+            return compile_object(_binding(), self.machine, self.target.triple, text, digest)
+
+    def _host(self) -> tuple:
+        return (self.target.triple, self.target.cpu, self.target.features)
 
     def _remember(self, compiled: CompiledModule) -> None:
         """Make ``compiled`` the most recently used; let go of the least recently used beyond
@@ -501,6 +540,38 @@ class JIT:
             engine.close()
             raise
         return engine, addresses
+
+
+class CompileStream:
+    """Modules compiled in helper processes as they are handed over (:meth:`JIT.stream`)."""
+
+    def __init__(self, jit: JIT, pool, cache: bool):
+        self.jit = jit
+        self.pool = pool
+        self.cache = cache
+        self.keys: dict = {}   # digest -> key of the modules handed over
+
+    def submit(self, module, key: str, name: str) -> None:
+        """Make ``module``'s text now (a function making the module, or the module) and queue
+        it, unless it is loaded, in the disk cache, or handed over already. A module that
+        cannot be made is left to its :meth:`JIT.compile_module` call, which raises the error."""
+        jit = self.jit
+        digest = cache_key(key, jit.target.identity)
+        with jit.lock:
+            if digest in self.keys or digest in jit._loaded or digest in jit._fresh:
+                return
+        if self.cache and jit.cache.path(digest).exists():
+            return
+        try:
+            text = str(module() if callable(module) else module)
+        except Exception:
+            return
+        self.keys[digest] = key
+        self.pool.put(text, digest, name)
+
+    def abandon(self) -> None:
+        """Stop: the build failed (the helper closes after the module it is compiling)."""
+        self.pool.abandon()
 
 
 _jit: JIT | None = None
