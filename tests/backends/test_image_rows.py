@@ -46,6 +46,12 @@ ROW = autotune.Workload(
     (1, 2, 1, 47, 16), "float32", _attrs("NCHW16c", "OIHW16i16o", "NCHW16c"))
 
 
+# 24 output channels in 3 blocks of 8 (MobileNet V2's projections without AVX-512)
+EIGHTS = autotune.Workload(
+    "conv2d_NCHWc", ((1, 3, 1, 47, 16), (3, 3, 1, 1, 16, 8)), ("float32", "float32"),
+    (1, 3, 1, 47, 8), "float32", _attrs("NCHW16c", "OIHW16i8o", "NCHW8c"))
+
+
 def _compile(workload, config):
     func = autotune.task_function(workload)
     with autotune.ApplyConfig({workload.key: config}) as applied:
@@ -82,18 +88,39 @@ def test_row_tiles_with_a_shorter_last_one_match_numpy(tile, parallel, threads):
         assert lowered.rule == "conv2d_NCHWc"
 
 
+@pytest.mark.parametrize("tile,parallel", [(3, "oc_tile"), (3, "tile_oc"), (2, "oc_tile")])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_row_tiles_of_three_blocks_of_eight_match_numpy(tile, parallel, threads):
+    """3 blocks of 8 channels in one register tile (9 accumulators for 3 pixels), the row's 47
+    pixels leaving a shorter last tile, either way of sharing the tiles between threads."""
+    space = x86.space_of(EIGHTS)
+    config = dict(space.default(), tile_ow=tile, tile_oc=3, parallel=parallel, vector=8)
+    assert space.valid(config)
+    rng = np.random.default_rng(30 + tile)
+    data = rng.standard_normal(EIGHTS.arg_shapes[0]).astype("float32")
+    weight = rng.standard_normal(EIGHTS.arg_shapes[1]).astype("float32")
+    lowered, kernel = _compile(EIGHTS, config)
+    out = np.full(EIGHTS.out_shape, np.nan, "float32")
+    kernel.bind(data, weight, out, num_threads=threads)()
+    np.testing.assert_allclose(out, _blocked_conv_numpy(data, weight), rtol=1e-4, atol=1e-3)
+    assert lowered.rule == ("conv2d_NCHWc_tail" if 47 % tile else "conv2d_NCHWc")
+
+
 def test_row_defaults_without_avx512(monkeypatch):
-    """A row on a host of 16 registers: 6 pixels by a block of 16 (12 accumulators) or 8 pixels
-    by a block of 8; the threads share (channel block, tile) pairs. Tiles of any width up to 12
-    are in the space; an image of several rows keeps the divisors of its width."""
+    """A row on a host of 16 registers: 6 pixels by a block of 16 (12 accumulators), 3 pixels
+    by 3 blocks of 8 where the blocks come in threes, else 8 pixels by a block of 8; the threads
+    share (channel block, tile) pairs. Tiles of any width up to 12 are in the space; an image
+    of several rows keeps the divisors of its width."""
     monkeypatch.setattr(x86, "narrow_host", lambda: True)
     default = x86.space_of(ROW).default()
     assert (default["tile_ow"], default["tile_oc"], default["vector"], default["parallel"]) == \
         (6, 1, 16, "oc_tile")
-    eights = autotune.Workload(
-        "conv2d_NCHWc", ((1, 3, 1, 47, 16), (3, 3, 1, 1, 16, 8)), ("float32", "float32"),
-        (1, 3, 1, 47, 8), "float32", _attrs("NCHW16c", "OIHW16i8o", "NCHW8c"))
-    default = x86.space_of(eights).default()
+    default = x86.space_of(EIGHTS).default()
+    assert (default["tile_ow"], default["tile_oc"], default["vector"]) == (3, 3, 8)
+    fives = autotune.Workload(
+        "conv2d_NCHWc", ((1, 3, 1, 47, 16), (5, 3, 1, 1, 16, 8)), ("float32", "float32"),
+        (1, 5, 1, 47, 8), "float32", _attrs("NCHW16c", "OIHW16i8o", "NCHW8c"))
+    default = x86.space_of(fives).default()
     assert (default["tile_ow"], default["tile_oc"], default["vector"]) == (8, 1, 8)
     assert set(range(2, 13)) <= set(x86.space_of(ROW).knobs[0].values)
     # a row always has tiles to share between threads: every channel block in one tile with
