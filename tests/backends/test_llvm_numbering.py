@@ -146,3 +146,52 @@ def test_guarded_stores_in_unrolled_tiles(numbering, monkeypatch, n, spare):
     np.testing.assert_allclose(got[1], ref[1], rtol=1e-6, atol=1e-6)
     if numbering:
         assert hoisted and all(hoisted) == (spare > 0)
+
+
+def _unit_axes():
+    """out[0, i, 0, j] = 2 * A[0, i, 0, j] + A[0, i, 0, 3 - j], the tile's column j unrolled:
+    offsets through axes of one element and constant positions."""
+    A = L.Buffer("A", (1, 5, 1, 4), "float32")
+    out = L.Buffer("out", (1, 5, 1, 4), "float32")
+    i, j = L.Var("i"), L.Var("j")
+    value = L.Load(A, (0, i, 0, j)) * L.const(2.0) + L.Load(A, (0, i, 0, 3 - j))
+    body = L.For(i, L.const(0), L.const(5), "serial",
+                 L.For(j, L.const(0), L.const(4), "unrolled", L.Store(out, (0, i, 0, j), value)))
+    return L.PrimFunc("unit_axes", (A, out), body)
+
+
+def test_constant_links_of_an_offset_need_no_instruction(numbering):
+    """An offset's ``* extent + index`` links with a constant that decides them (the zero of an
+    axis of one, an unrolled position) are folded while the IR is made: no ``x * 1``,
+    ``0 * x``, ``x + 0`` nor arithmetic on two constants is left for LLVM."""
+    import re
+    func = _unit_axes()
+    a = RNG.standard_normal((1, 5, 1, 4)).astype("float32")
+    got, ref = run(func, a, np.zeros((1, 5, 1, 4), "float32"))
+    np.testing.assert_allclose(got[1], 2 * a + a[..., ::-1], rtol=1e-6)
+    np.testing.assert_array_equal(got[1], ref[1])
+    text = str(KernelPlan(func).generate())
+    trivial = re.compile(r"= (add|sub|mul) i64 (0|1), |= (add|sub) i64 [^,\n]+, 0\n|"
+                         r"= mul i64 [^,\n]+, [01]\n|= (add|sub|mul) i64 -?\d+, -?\d+\n")
+    assert not trivial.search(text), trivial.search(text).group(0)
+
+
+def test_a_nonnegative_dividend_divides_unsigned(numbering):
+    """Floor division and modulo of a loop variable's index arithmetic by a positive constant
+    are unsigned (no correction of the truncated result); a dividend that may be negative keeps
+    floor semantics (numpy's ``//`` and ``%``)."""
+    out = L.Buffer("out", (12, 4), "int64")
+    i = L.Var("i")
+    shifted = i - L.const(7)
+    values = (i // L.const(5), i % L.const(5), shifted // L.const(3), shifted % L.const(3))
+    body = L.For(i, L.const(0), L.const(12), "serial",
+                 L.seq(*[L.Store(out, (i, k), v) for k, v in enumerate(values)]))
+    func = L.PrimFunc("divisions", (out,), body)
+    got, ref = run(func, np.zeros((12, 4), "int64"))
+    n = np.arange(12)
+    want = np.stack([n // 5, n % 5, (n - 7) // 3, (n - 7) % 3], axis=1)
+    np.testing.assert_array_equal(got[0], want)
+    np.testing.assert_array_equal(got[0], ref[0])
+    text = str(KernelPlan(func).generate())
+    assert "udiv" in text and "urem" in text          # i // 5, i % 5
+    assert "sdiv" in text and "srem" in text          # (i - 7) // 3, (i - 7) % 3

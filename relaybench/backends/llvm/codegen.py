@@ -672,6 +672,7 @@ class _NumberingBuilder:
         self._keep: list = []        # values whose ids are keys: alive as long as the table
         self._constant_keys: dict = {}  # id(constant) -> (its key, the constant)
         self._constant_class = ir.Constant
+        self._int_class = ir.IntType
         self._type_texts: dict = {}     # id(type) -> (its text, the type)
         self._value_classes: set = set()  # classes of values keyed by identity (not constants)
         self.scalar_work = 0  # float arithmetic on scalars and scalar stores to buffers
@@ -824,6 +825,59 @@ def _numbered_method(method: str):
 for _method in _PURE_METHODS:
     setattr(_NumberingBuilder, _method, _numbered_method(_method))
 del _method
+
+
+def _folded_method(method: str, fold):
+    numbered = _numbered_method(method)
+
+    def emit(self, lhs, rhs, name="", flags=()):
+        """``method`` of two scalar integers, folded where an operand is a constant that
+        decides it (``x + 0``, ``x * 1``, ``x * 0``, two constants): an index's row-major
+        offset is a chain of ``* extent + index`` whose constant links (the zeros of unit
+        axes, a tile's unrolled positions) need no instruction, for Python to make and print
+        nor for LLVM to combine."""
+        if not flags and type(lhs.type) is self._int_class and lhs.type == rhs.type and \
+                lhs.type.width > 1:
+            constant = self._constant_class
+            a = lhs.constant if type(lhs) is constant else None
+            b = rhs.constant if type(rhs) is constant else None
+            found = fold(lhs, rhs, a if isinstance(a, int) else None,
+                         b if isinstance(b, int) else None)
+            if found is not None:
+                if isinstance(found, int):
+                    width = lhs.type.width
+                    found = constant(lhs.type, ((found + (1 << (width - 1))) % (1 << width))
+                                     - (1 << (width - 1)))
+                return found
+        return numbered(self, lhs, rhs, name=name, flags=flags) if flags or name else \
+            numbered(self, lhs, rhs)
+    emit.__name__ = method
+    return emit
+
+
+def _fold_add(lhs, rhs, a, b):
+    if a is not None and b is not None:
+        return a + b
+    return rhs if a == 0 else lhs if b == 0 else None
+
+
+def _fold_sub(lhs, rhs, a, b):
+    if a is not None and b is not None:
+        return a - b
+    return lhs if b == 0 else None
+
+
+def _fold_mul(lhs, rhs, a, b):
+    if a is not None and b is not None:
+        return a * b
+    if a == 0 or b == 0:
+        return 0
+    return rhs if a == 1 else lhs if b == 1 else None
+
+
+_NumberingBuilder.add = _folded_method("add", _fold_add)
+_NumberingBuilder.sub = _folded_method("sub", _fold_sub)
+_NumberingBuilder.mul = _folded_method("mul", _fold_mul)
 
 _LEAVES = frozenset((L.IntImm, L.FloatImm, L.Var, L.SizeVar))
 """Expression classes emitted directly, never looked up (constants and variables)."""
@@ -1068,7 +1122,7 @@ class _FunctionBuilder:
             if op == "max":
                 return b.select(cmp(">", y, x), y, x)
             if op in ("//", "%"):
-                return self._floor_div_mod(op, x, y, unsigned)
+                return self._floor_div_mod(op, x, y, unsigned, self._nonnegative(e.a))
         raise CompileError(f"{self.where()}: operator {op!r} on {dtype} in {L.to_text(e)}")
 
     def _float_min_max(self, op, x, y):
@@ -1155,13 +1209,23 @@ class _FunctionBuilder:
             return values
         return tuple(v if _lanes(v) is not None else self.splat(v, lanes) for v in values)
 
-    def _floor_div_mod(self, op, x, y, unsigned):
+    def _nonnegative(self, e) -> bool:
+        """Whether the integer expression ``e`` is known to be 0 or more (its loop variables'
+        ranges)."""
+        known = value_range(e, self.ranges)
+        return known is not None and known[0] >= 0
+
+    def _floor_div_mod(self, op, x, y, unsigned, nonnegative=False):
         """Floor division or modulo with numpy's answers where LLVM has none: ``x // 0`` and
         ``x % 0`` are 0, ``INT_MIN // -1`` wraps. LLVM's ``sdiv``/``srem`` never see a divisor
-        of 0 or -1 (undefined behaviour, a trap on x86); a constant divisor skips the checks."""
+        of 0 or -1 (undefined behaviour, a trap on x86); a constant divisor skips the checks.
+        A ``nonnegative`` dividend (a loop variable's index arithmetic) by a positive constant
+        is an unsigned division: no correction of the truncated result."""
         ir, b = self.ir, self.b
         zero, one = ir.Constant(x.type, 0), ir.Constant(x.type, 1)
         known = _constant_divisor(y)
+        if nonnegative and known is not None and known > 0:
+            unsigned = True
         checked = known is None or known == 0 or (known == -1 and not unsigned)
         if checked:
             y = self.freeze(y)
