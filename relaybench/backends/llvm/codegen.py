@@ -1403,6 +1403,8 @@ class _FunctionBuilder:
         the indices differ from lane to lane)."""
         if not indices:  # a 0-d buffer
             return self.ir.Constant(self.i64, 0)
+        if all(isinstance(d, int) for d in buffer.shape):
+            return self._split_offset(buffer, indices)
         values = [self.convert(self.expr(i), i.dtype, "int64") for i in indices]
         flat = values[0]
         if len(values) > 1:
@@ -1410,6 +1412,67 @@ class _FunctionBuilder:
                 flat, value = self.match(flat, value)
                 flat = self.b.add(self.b.mul(flat, self._extent(extent, flat)), value)
         return flat
+
+    def _split_offset(self, buffer, indices):
+        """:meth:`_offset` of a buffer of constant shape, each index taken as ``rest + c``
+        (:meth:`_split_index`): the offset of the rests (one chain of ``* extent + rest``,
+        which the unrolled accesses of a tile share, differing only in their constants) plus
+        the constants' part, one ``add`` an access."""
+        b = self.b
+        rests, constant = [], 0
+        stride = 1
+        for index, extent in zip(reversed(indices), reversed(buffer.shape)):
+            rest, c = self._split_index(index)
+            rests.append(rest)
+            constant += c * stride
+            stride *= extent
+        rests.reverse()
+        zero = self.ir.Constant(self.i64, 0)
+        flat = zero if rests[0] is None else rests[0]
+        for rest, extent in zip(rests[1:], buffer.shape[1:]):
+            value = zero if rest is None else rest
+            flat, value = self.match(flat, value)
+            flat = b.add(b.mul(flat, self._extent(extent, flat)), value)
+        flat, offset = self.match(flat, self.ir.Constant(self.i64, constant))
+        return b.add(flat, offset)
+
+    def _split_index(self, e):
+        """``(rest, c)`` with ``e == rest + c``: ``c`` the sum of the terms of ``e``'s additions
+        and subtractions that are constants here (integers, the variable of an unrolled loop),
+        ``rest`` the int64 value of the others (None when there are none)."""
+        terms, rest, constant = [(e, 1)], [], 0
+        while terms:
+            node, sign = terms.pop()
+            if isinstance(node, L.Binary) and node.op in ("+", "-") and \
+                    node.dtype in ("int32", "int64"):
+                terms.append((node.b, sign if node.op == "+" else -sign))
+                terms.append((node.a, sign))
+                continue
+            known = self._constant_int(node)
+            if known is not None:
+                constant += sign * known
+            else:
+                rest.append((node, sign))
+        value = None
+        for node, sign in reversed(rest):
+            term = self.convert(self.expr(node), node.dtype, "int64")
+            if value is None:
+                value = term if sign > 0 else self.b.sub(self.ir.Constant(self.i64, 0), term)
+            else:
+                value, term = self.match(value, term)
+                value = self.b.add(value, term) if sign > 0 else self.b.sub(value, term)
+        return value, constant
+
+    def _constant_int(self, node):
+        """The value of an integer node that is a constant here, else None."""
+        if isinstance(node, L.IntImm):
+            return int(node.value)
+        if isinstance(node, L.Var):
+            value = self.env.get(node)
+            if type(value) is self.ir.Constant and isinstance(value.type, self.ir.IntType) \
+                    and isinstance(value.constant, int) and value.type.width > 1:
+                return value.constant
+        return None
 
     def _extent(self, extent, like):
         """A buffer's extent as an i64 value shaped like ``like``: a constant, or the value of
