@@ -478,7 +478,7 @@ class _LLVMPrefetch:
         self.plans: dict = {}
         self.spent: dict = {}
         self.stream = None
-        self.handed: set = set()
+        self.waiting: list = []   # plans lowered before the stream started
 
     def lowered(self, prim_func) -> None:
         from .llvm.codegen import KernelPlan, may_share
@@ -488,15 +488,16 @@ class _LLVMPrefetch:
         except Exception:  # raised again, naming the group, when its kernel is built
             return
         self.plans[id(prim_func)] = plan
+        self.waiting.append(plan)
         if self.stream is None:
             from .llvm.jit import get_jit
             self.stream = get_jit().stream()
         if self.stream is not None:
-            for key, known in self.plans.items():
-                if key not in self.handed and not may_share(known):
-                    self.handed.add(key)
+            for known in self.waiting:
+                if not may_share(known):
                     self.stream.submit(known.module_generate, known.module_key,
                                        known.func.name)
+            self.waiting.clear()
         self.spent[id(prim_func)] = time.perf_counter() - t0
 
     def abandon(self) -> None:
