@@ -138,8 +138,8 @@ from .jit import compile_module, host_target, int8_path, prefer_vector_width
 from .runtime import Kernel, PhasedKernel, Phase, TensorSpec
 
 __all__ = ["build_kernel", "CompiledKernel", "KernelPlan", "SharedPhases", "compile_ahead",
-           "kernel_from_manifest", "may_share", "share_phases", "SHARE_MIN_TEXT", "SHARE_MAX_KERNELS",
-           "STACK_LIMIT_BYTES",
+           "kernel_from_manifest", "may_share", "share_phases", "SHARE_MIN_TEXT",
+           "SHARE_MAX_KERNELS", "STACK_LIMIT_BYTES",
            "UNROLL_LIMIT", "VECTOR_LANES_LIMIT"]
 
 STACK_LIMIT_BYTES = 64 * 1024
