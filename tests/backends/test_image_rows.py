@@ -61,6 +61,18 @@ def _compile(workload, config):
     return lowered, build_kernel(lowered.prim_func)
 
 
+def _check_against_numpy(workload, config, seed, threads):
+    """The workload's kernel under ``config`` on random data against numpy; its lowering."""
+    rng = np.random.default_rng(seed)
+    data = rng.standard_normal(workload.arg_shapes[0]).astype("float32")
+    weight = rng.standard_normal(workload.arg_shapes[1]).astype("float32")
+    lowered, kernel = _compile(workload, config)
+    out = np.full(workload.out_shape, np.nan, "float32")
+    kernel.bind(data, weight, out, num_threads=threads)()
+    np.testing.assert_allclose(out, _blocked_conv_numpy(data, weight), rtol=1e-4, atol=1e-3)
+    return lowered
+
+
 @pytest.mark.parametrize("tile,parallel", [(6, "oc_tile"), (5, "tile_oc"), (12, "oc"),
                                            (4, "oc_row"), (1, "oc_tile")])
 @pytest.mark.parametrize("threads", [1, 2])
@@ -68,13 +80,7 @@ def test_row_tiles_with_a_shorter_last_one_match_numpy(tile, parallel, threads):
     space = x86.space_of(ROW)
     config = dict(space.default(), tile_ow=tile, tile_oc=1, parallel=parallel, vector=16)
     assert space.valid(config)
-    rng = np.random.default_rng(tile)
-    data = rng.standard_normal(ROW.arg_shapes[0]).astype("float32")
-    weight = rng.standard_normal(ROW.arg_shapes[1]).astype("float32")
-    lowered, kernel = _compile(ROW, config)
-    out = np.full(ROW.out_shape, np.nan, "float32")
-    kernel.bind(data, weight, out, num_threads=threads)()
-    np.testing.assert_allclose(out, _blocked_conv_numpy(data, weight), rtol=1e-4, atol=1e-3)
+    lowered = _check_against_numpy(ROW, config, tile, threads)
     if 47 % tile:
         # the last tile guarded, the others not: lowering partitioned the loops
         assert lowered.rule == "conv2d_NCHWc_tail"
@@ -96,13 +102,7 @@ def test_row_tiles_of_three_blocks_of_eight_match_numpy(tile, parallel, threads)
     space = x86.space_of(EIGHTS)
     config = dict(space.default(), tile_ow=tile, tile_oc=3, parallel=parallel, vector=8)
     assert space.valid(config)
-    rng = np.random.default_rng(30 + tile)
-    data = rng.standard_normal(EIGHTS.arg_shapes[0]).astype("float32")
-    weight = rng.standard_normal(EIGHTS.arg_shapes[1]).astype("float32")
-    lowered, kernel = _compile(EIGHTS, config)
-    out = np.full(EIGHTS.out_shape, np.nan, "float32")
-    kernel.bind(data, weight, out, num_threads=threads)()
-    np.testing.assert_allclose(out, _blocked_conv_numpy(data, weight), rtol=1e-4, atol=1e-3)
+    lowered = _check_against_numpy(EIGHTS, config, 30 + tile, threads)
     assert lowered.rule == ("conv2d_NCHWc_tail" if 47 % tile else "conv2d_NCHWc")
 
 
