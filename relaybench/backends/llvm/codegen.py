@@ -1405,12 +1405,16 @@ class _FunctionBuilder:
             return self.ir.Constant(self.i64, 0)
         if all(isinstance(d, int) for d in buffer.shape):
             return self._split_offset(buffer, indices)
-        values = [self.convert(self.expr(i), i.dtype, "int64") for i in indices]
-        flat = values[0]
-        if len(values) > 1:
-            for value, extent in zip(values[1:], buffer.shape[1:]):
-                flat, value = self.match(flat, value)
-                flat = self.b.add(self.b.mul(flat, self._extent(extent, flat)), value)
+        return self._row_major(
+            [self.convert(self.expr(i), i.dtype, "int64") for i in indices], buffer.shape)
+
+    def _row_major(self, values, shape):
+        """``((values[0] * shape[1] + values[1]) * shape[2] + ...)``, None values as 0."""
+        zero = self.ir.Constant(self.i64, 0)
+        flat = zero if values[0] is None else values[0]
+        for value, extent in zip(values[1:], shape[1:]):
+            flat, value = self.match(flat, zero if value is None else value)
+            flat = self.b.add(self.b.mul(flat, self._extent(extent, flat)), value)
         return flat
 
     def _split_offset(self, buffer, indices):
@@ -1427,13 +1431,8 @@ class _FunctionBuilder:
             constant += c * stride
             stride *= extent
         rests.reverse()
-        zero = self.ir.Constant(self.i64, 0)
-        flat = zero if rests[0] is None else rests[0]
-        for rest, extent in zip(rests[1:], buffer.shape[1:]):
-            value = zero if rest is None else rest
-            flat, value = self.match(flat, value)
-            flat = b.add(b.mul(flat, self._extent(extent, flat)), value)
-        flat, offset = self.match(flat, self.ir.Constant(self.i64, constant))
+        flat, offset = self.match(self._row_major(rests, buffer.shape),
+                                  self.ir.Constant(self.i64, constant))
         return b.add(flat, offset)
 
     def _split_index(self, e):

@@ -334,19 +334,18 @@ class WorkerPool:
         with self._ready:
             self._made = True
             self._ready.notify_all()
+        self._drain()
+        for t in self._threads:
+            t.join()
+        self._drain()  # a helper that died after the queue ran dry handed its job back
+        return self.results
+
+    def _drain(self) -> None:
         while True:
             job = self._take(wait=False)
             if job is None:
-                break
+                return
             self._here(job, self.results)
-        for t in self._threads:
-            t.join()
-        while True:  # a helper that died after the queue ran dry handed its job back
-            job = self._take(wait=False)
-            if job is None:
-                break
-            self._here(job, self.results)
-        return self.results
 
     def abandon(self) -> None:
         """Drop the jobs not started; the helpers close after the one they are compiling."""
@@ -356,7 +355,9 @@ class WorkerPool:
             self._first.clear()
             self._ready.notify_all()
 
-    def run(self, jobs: list) -> dict:
+    def run(self, jobs: list, first: bool = False) -> dict:
+        """Start ``workers`` helpers, queue ``jobs`` (their texts made here in turn; ``first``:
+        ahead of jobs put before), then :meth:`finish`."""
         self.add_helpers(self.workers)
         try:
             for make_text, digest, name in jobs:
@@ -364,7 +365,7 @@ class WorkerPool:
                     text = make_text()
                 except Exception:  # raised again, naming the kernel, when it is compiled alone
                     continue
-                self.put(text, digest, name)
+                self.put(text, digest, name, first)
         except BaseException:
             self.abandon()
             raise

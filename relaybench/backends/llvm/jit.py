@@ -465,20 +465,8 @@ class JIT:
             keys.update(stream.keys)
         texts = [((lambda m=module: str(m() if callable(m) else m)), digest, name)
                  for module, key, name, digest in todo]
-        if stream is None:
-            done = pool.run(texts)
-        else:
-            try:
-                for make_text, digest, name in texts:
-                    try:
-                        text = make_text()
-                    except Exception:  # raised again, naming the kernel, by compile_module
-                        continue
-                    pool.put(text, digest, name, first=True)
-            except BaseException:
-                pool.abandon()
-                raise
-            done = pool.finish()
+        # a stream's pool runs helpers already: the rest goes ahead of what they have not started
+        done = pool.run(texts, first=stream is not None)
         seconds = {}
         for digest, (value, spent) in done.items():
             entry = CacheEntry(*value)
