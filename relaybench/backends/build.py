@@ -302,12 +302,14 @@ def _has_no_compute(err: CompileError) -> bool:
 
 
 def compile_groups(functions: Iterable[Function], target=None, stats: CompileStats | None = None,
-                   num_threads: Optional[int] = None) -> dict:
+                   num_threads: Optional[int] = None, stream=None) -> dict:
     """Lower and compile each distinct Primitive function of ``functions`` once.
 
     Returns a dict from each function (by identity) to its :class:`GroupKernel`; functions that
     are structurally equal map to the same one. Kernel names are the groups' names
     (``fused_nn_conv2d_add_nn_relu``), made unique with ``_1``, ``_2``, ... in order of first use.
+    ``stream`` is a :class:`.llvm.jit.CompileStream` the build started already
+    (:class:`_EarlyHelper`): the LLVM kernels join it, and it ends here.
     """
     from ..ir.structural import structural_equal, structural_hash
     from .group_cache import group_key, key_prefix
@@ -319,6 +321,9 @@ def compile_groups(functions: Iterable[Function], target=None, stats: CompileSta
         # the idle cores are measured over the lowering, for the LLVM prefetcher's helpers
         from .llvm.compile_worker import mark_cpu
         mark_cpu()
+    prefetchers: dict = {}   # target kind -> its CODE_PREFETCHERS object, once a group needs it
+    if stream is not None:
+        prefetchers["llvm"] = _LLVMPrefetch(stream)
     by_identity: dict = {}
     by_hash: dict = {}
     names: dict = {}
@@ -326,7 +331,6 @@ def compile_groups(functions: Iterable[Function], target=None, stats: CompileSta
     misses = 0           # groups lowered here (not read from the lowering cache)
     pending: list = []   # [func, name, its GroupKernel or the lowering to generate code for,
     #                       its lowering cache key or None]
-    prefetchers: dict = {}   # target kind -> its CODE_PREFETCHERS object, once a group needs it
     try:
         for func in functions:
             if func in by_identity:
@@ -343,7 +347,7 @@ def compile_groups(functions: Iterable[Function], target=None, stats: CompileSta
                 kernel = _from_group_cache(func, name, target, cache_key, stats)
                 if kernel is None:
                     misses += 1
-                    if misses == 3 and target.host.kind == "llvm":
+                    if misses == 3 and target.host.kind == "llvm" and stream is None:
                         # compiles to come: a helper process may start while the rest is lowered
                         from .llvm.compile_worker import prestart
                         prestart()
@@ -474,10 +478,10 @@ class _LLVMPrefetch:
     _llvm_kernel, its share of the seconds spent here)}``: the time to plan it, and of LLVM's
     time with the others its part by its own LLVM seconds."""
 
-    def __init__(self):
+    def __init__(self, stream=None):
         self.plans: dict = {}
         self.spent: dict = {}
-        self.stream = None
+        self.stream = stream
         self.waiting: list = []   # plans lowered before the stream started
 
     def lowered(self, prim_func) -> None:
@@ -492,6 +496,8 @@ class _LLVMPrefetch:
         if self.stream is None:
             from .llvm.jit import get_jit
             self.stream = get_jit().stream()
+            if self.stream is not None:
+                _submit_spin_pool(self.stream)
         if self.stream is not None:
             for known in self.waiting:
                 if not may_share(known):
@@ -533,6 +539,63 @@ class _LLVMPrefetch:
             spent[k] += pool * (weights[k] / total if total > 0 else 1.0 / len(plans))
         rest = (time.perf_counter() - start - pool) / len(plans)
         return {k: (plan, spent[k] + rest) for k, plan in plans.items()}
+
+
+def _submit_spin_pool(stream) -> None:
+    """Hand the graph executor's thread pool (:mod:`.llvm.spinpool`) to ``stream`` unless this
+    process has it: compiled at its first use otherwise, after every kernel, with no helper
+    left to overlap it."""
+    from .llvm.spinpool import compile_job
+    job = compile_job()
+    if job is not None:
+        stream.submit(*job)
+
+
+class _EarlyHelper:
+    """A helper process started while a build's passes run, on a cache that has not even the
+    graph executor's thread pool compiled (a first build: every kernel will compile too). The
+    helper's start and the pool's compile then overlap the passes, which leave a core idle,
+    rather than the lowering; the build hands the stream to :func:`compile_groups`.
+
+    :meth:`passes_start` is called where the passes begin (the build cache missed): it starts
+    the helper when a core was idle since this object was made (:func:`.llvm.compile_worker
+    .prestart`, at least 20 ms of measurement, the parameters bound meanwhile)."""
+
+    def __init__(self, target: Target):
+        self.stream = None
+        self.armed = False
+        if target.host.kind != "llvm":
+            return
+        from .llvm import spinpool
+        job = spinpool.compile_job()
+        if job is None:
+            return
+        from .llvm.cache import cache_key
+        from .llvm.jit import get_jit
+        jit = get_jit()
+        if jit.cache.path(cache_key(job[1], jit.target.identity)).exists():
+            return
+        from .llvm.compile_worker import mark_cpu
+        mark_cpu()
+        self.armed = True
+
+    def passes_start(self) -> None:
+        if not self.armed:
+            return
+        self.armed = False
+        from .llvm.compile_worker import prestart
+        if prestart():
+            from .llvm.jit import get_jit
+            self.stream = get_jit().stream()
+            if self.stream is not None:
+                _submit_spin_pool(self.stream)
+
+    def abandon(self) -> None:
+        if self.stream is not None:
+            self.stream.abandon()
+            self.stream = None
+        from .llvm.compile_worker import release_spare
+        release_spare()
 
 
 #: target kind -> makes the object that compiles a build's kernels ahead of the one-by-one code
@@ -771,14 +834,15 @@ def pass_config(config, target: Target) -> dict:
 
 def optimized_module(mod: IRModule, params, target: Target, opt_level, instruments,
                      required_pass, disabled_pass, config, graph: bool = True,
-                     write_behind: bool = False) -> tuple:
+                     write_behind: bool = False, on_miss=None) -> tuple:
     """``(mod with params bound, through the default pipeline and typed, whether that came
     from the build cache)``: what ``rb.build`` (``graph=True``: dataflow lets made graph edges
     first) and the VM's compiler (``graph=False``) optimize. The build cache
     (:mod:`.build_cache`) keys it by the inputs as given, so a build that finds its key neither
     binds the parameters, nor packs for the accelerator, nor optimizes. With
     ``write_behind``, a new entry's file is written by a thread while the caller goes on (it
-    calls the cache's ``flush()`` before it returns)."""
+    calls the cache's ``flush()`` before it returns). ``on_miss()`` is called once the
+    parameters are bound, when the passes are to run."""
     from ..ir.expr import Let
     from ..ir.functor import post_order
     from ..passes.bind_params import bind_params
@@ -797,6 +861,8 @@ def optimized_module(mod: IRModule, params, target: Target, opt_level, instrumen
             return found, True
     if params:
         mod = bind_params(mod, params)
+    if on_miss is not None:
+        on_miss()
     if graph and any(type(n) is Let for n in post_order(mod["main"])):
         # dataflow lets become graph edges, so FuseOps fuses across them (lets with effects stay)
         mod = ToGraphNormalForm()(mod)
@@ -829,12 +895,18 @@ def _build_graph(mod, target, params, opt_level, instruments, required_pass, dis
     opencl_before = _opencl_stats()
     # a new entry of the build cache (ResNet-18: 160 MB of weights) is written while the
     # kernels compile, and is on disk before the build returns
-    optimized, stats.optimize_cached = optimized_module(
-        mod, params, target, opt_level, instruments, required_pass, disabled_pass, config,
-        write_behind=True)
-    stats.optimize_seconds = time.perf_counter() - start
-    graph = extract_graph(optimized["main"])
-    kernels = compile_groups([node.function for node in graph.nodes], target, stats)
+    early = _EarlyHelper(target)
+    try:
+        optimized, stats.optimize_cached = optimized_module(
+            mod, params, target, opt_level, instruments, required_pass, disabled_pass, config,
+            write_behind=True, on_miss=early.passes_start)
+        stats.optimize_seconds = time.perf_counter() - start
+        graph = extract_graph(optimized["main"])
+    except BaseException:
+        early.abandon()
+        raise
+    kernels = compile_groups([node.function for node in graph.nodes], target, stats,
+                             stream=early.stream)
     _link_kernels(kernels, target, stats)
     jit_after = _jit_stats()
     for key, attr in (("compiled", "llvm_compiled"), ("from_disk", "from_disk"),

@@ -208,6 +208,31 @@ def test_kernels_compile_while_the_rest_is_lowered(monkeypatch, tmp_path):
     _check_dense_chain(lib, weights, rng)
 
 
+def test_a_first_build_compiles_the_thread_pool_while_its_passes_run(monkeypatch, tmp_path):
+    """On a cache without even the graph executor's thread pool (a first build), the helper
+    starts while the passes run and gets the pool's module before any group is lowered; the
+    kernels join the same helper. The build's answers against numpy."""
+    from relaybench.backends import build as build_module
+    from relaybench.backends.llvm import jit, spinpool
+    monkeypatch.setenv("RB_CACHE_DIR", str(tmp_path / "kernels"))
+    monkeypatch.setenv("RB_LOWERING_CACHE", "off")
+    monkeypatch.setattr(spinpool, "_compiled", None)   # this process has not the pool either
+    started, events = [], []
+    _idle_machine(monkeypatch, started)
+    real_lower, real_submit = build_module._lower_one, jit.CompileStream.submit
+    monkeypatch.setattr(build_module, "_lower_one", lambda func, name, target, stats: (
+        events.append(("lowered", name)), real_lower(func, name, target, stats))[1])
+    monkeypatch.setattr(jit.CompileStream, "submit", lambda self, module, key, name: (
+        events.append(("handed", name)), real_submit(self, module, key, name))[1])
+    rng = np.random.default_rng(9)
+    mod, weights = _dense_chain(rng, (39, 27, 21, 11, 5, 13))
+    lib = rb.build(mod, target="llvm")
+    assert events[0] == ("handed", "rb_spin_pool") and ("lowered", events[1][1]) in events
+    assert len(started) == 1 and compile_worker._spare == []
+    assert sum(what == "handed" for what, _ in events) > 1   # kernels went to the same helper
+    _check_dense_chain(lib, weights, rng)
+
+
 def test_a_build_that_fails_while_kernels_compile_lets_its_helper_go(monkeypatch, tmp_path):
     """A group whose lowering fails after kernels were handed to the helper: the build raises
     the error naming the group, and the helper process ends instead of waiting for more."""

@@ -250,6 +250,31 @@ def test_nan_propagates_through_max_min_and_arg_reductions(dtype):
             np.testing.assert_array_equal(got, want, err_msg=text)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_max_min_against_a_constant_either_side_to_the_bit(dtype):
+    """Against a constant bound the code generator compares once (``x`` beyond the bound or
+    unordered): the result is numpy's, NaN and the sign of a zero included, whichever side the
+    constant is on, in vector code and in a loop's scalar rest."""
+    edge = np.array([0.0, -0.0, np.nan, np.inf, -np.inf, 1.0, -1.0, 0.25, -0.25], dtype)
+    x = np.concatenate([edge, RNG.standard_normal(42).astype(dtype)]).reshape(3, 17)
+    programs = {
+        "maximum(%x, 0f)": lambda x: np.maximum(x, x.dtype.type(0)),
+        "maximum(0f, %x)": lambda x: np.maximum(x.dtype.type(0), x),
+        "minimum(%x, -0f)": lambda x: np.minimum(x, x.dtype.type(-0.0)),
+        "minimum(-0f, %x)": lambda x: np.minimum(x.dtype.type(-0.0), x),
+        "maximum(%x, -0.25f)": lambda x: np.maximum(x, x.dtype.type(-0.25)),
+        "nn.relu(%x)": lambda x: np.maximum(x, x.dtype.type(0)),
+        "clip(%x, a_min=-0.25, a_max=0.25)": lambda x: np.clip(x, -0.25, 0.25),
+    }
+    suffix = "f" if dtype == "float32" else "f64"
+    body = ", ".join(text.replace("f)", suffix + ")").replace("f,", suffix + ",")
+                     for text in programs)
+    mod = rb.parse(H + f"def @main(%x: Tensor[(3, 17), {dtype}]) {{ ({body}) }}")
+    for outputs in [compiled(mod, level, x=x) for level in (0, 3)]:
+        for text, got in zip(programs, outputs):
+            assert same_bits(got, programs[text](x)), text
+
+
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 def test_max_pool_propagates_nan(layout):
     x = RNG.standard_normal((1, 8, 6, 6)).astype("float32")

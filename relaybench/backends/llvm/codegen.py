@@ -1135,9 +1135,18 @@ class _FunctionBuilder:
         frozen so that LLVM keeps it whole instead of merging the two selects into one blend
         under two compares and a mask ``or``, all on an accumulator's dependency chain (a 3x3
         max pool ran 1.35x slower). The NaN check runs beside ``maxps``: one compare and one
-        blend more (about 1.05x)."""
+        blend more (about 1.05x).
+
+        Against a constant that is no NaN (a ReLU's or a clip's bound) one compare does it all:
+        ``x`` beyond or unordered with a constant ``y`` is ``x`` beyond it or NaN, and a constant
+        ``x`` beyond ``y`` in order leaves a NaN ``y`` to the other side."""
         b = self.b
-        beyond = b.fcmp_ordered("<" if op == "min" else ">", x, y)
+        sign = "<" if op == "min" else ">"
+        if _no_nan_constant(y):
+            return b.select(b.fcmp_unordered(sign, x, y), x, y)
+        if _no_nan_constant(x):
+            return b.select(b.fcmp_ordered(sign, x, y), x, y)
+        beyond = b.fcmp_ordered(sign, x, y)
         picked = self.freeze(b.select(beyond, x, y))
         return b.select(b.fcmp_unordered("uno", x, x), x, picked)
 
@@ -2305,6 +2314,20 @@ class KernelPlan:
         return self.module
 
 
+def _no_nan_constant(value) -> bool:
+    """Whether ``value`` is an LLVM float constant (a scalar or a vector's elements) holding no
+    NaN."""
+    constant = _ir().Constant
+    if not isinstance(value, constant):
+        return False
+    elements = value.constant if isinstance(value.constant, (list, tuple)) else [value]
+    for element in elements:
+        number = element.constant if isinstance(element, constant) else element
+        if not isinstance(number, (int, float)) or number != number:
+            return False
+    return True
+
+
 def _generate_once(owner, what: str, fill):
     """``fill()``'s module, made once per ``owner`` (kept in its ``_generated``); a failure is
     kept too and raised again on every call, llvmlite's rejections as a :class:`CompileError`
@@ -2502,9 +2525,10 @@ def compile_ahead(plans: Sequence[KernelPlan], cache: bool = True, stream=None) 
     # the long compiles and the short ones even out the end
     jobs.sort(key=lambda job: -len(job[1]))
     seconds = get_jit().compile_ahead(jobs, cache=cache, stream=stream)
-    # a shared module's time is split among its kernels
+    # a shared module's time is split among its kernels (a stream may have compiled modules of
+    # no plan: the graph executor's thread pool)
     return {key_text: spent / len(members[key])
-            for key, spent in seconds.items() for key_text in members[key]}
+            for key, spent in seconds.items() for key_text in members.get(key, ())}
 
 
 def build_kernel(func: L.PrimFunc, parallel: bool = True, *,

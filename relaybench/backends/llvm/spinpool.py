@@ -302,15 +302,25 @@ def _source_digest() -> str:
     return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
 
 
+def _key() -> str:
+    # keyed by this file's text: a process that finds the code cached makes no IR
+    return f"rb_spin_pool\n{_source_digest()}"
+
+
+def compile_job() -> tuple | None:
+    """``(module maker, key, name)`` of the pool's module, for a build to compile it in a helper
+    process ahead of its first use (:meth:`.jit.CompileStream.submit`), or None once this
+    process has it."""
+    return None if _compiled is not None else (_module, _key(), "rb_spin_pool")
+
+
 def _functions():
     """The compiled functions of the pool (compiled once per process)."""
     global _compiled
     with _compile_lock:
         if _compiled is None:
             from .jit import compile_module
-            # keyed by this file's text: a process that finds the code cached makes no IR
-            compiled = compile_module(_module, key=f"rb_spin_pool\n{_source_digest()}",
-                                      name="rb_spin_pool")
+            compiled = compile_module(_module, key=_key(), name="rb_spin_pool")
             _compiled = {
                 "module": compiled,
                 "worker": compiled.function("rb_pool_worker", [ctypes.c_void_p]),
