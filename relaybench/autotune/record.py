@@ -129,12 +129,13 @@ def best_by_workload(records, margin: float = DEFAULT_MARGIN) -> dict:
         by_config.setdefault(key, []).append(record)
     best: dict = {}
     defaults: dict = {}
+    spaces: dict = {}   # workload key -> its template's space (None: a template not ours)
     for (workload_key, config_text), rows in by_config.items():
-        if not _still_valid(rows[0]):
+        if not _still_valid(rows[0], spaces):
             continue
         rows = sorted(rows, key=lambda r: r.cost)
         middle = rows[(len(rows) - 1) // 2]
-        if _is_default(middle):
+        if _is_default(middle, spaces):
             defaults[workload_key] = middle
         if workload_key not in best or middle.cost < best[workload_key].cost:
             best[workload_key] = middle
@@ -144,22 +145,31 @@ def best_by_workload(records, margin: float = DEFAULT_MARGIN) -> dict:
     return best
 
 
-def _still_valid(record) -> bool:
+def _space(record, spaces: dict | None):
+    """``record``'s template's space for its workload (None for a template this package does
+    not define), made once per workload in ``spaces``: a log holds many records of each."""
+    key = record.workload.key
+    if spaces is not None and key in spaces:
+        return spaces[key]
+    from ..backends.strategy.x86 import TEMPLATES
+    make = TEMPLATES.get(record.workload.template)
+    space = None if make is None else make(record.workload)
+    if spaces is not None:
+        spaces[key] = space
+    return space
+
+
+def _still_valid(record, spaces: dict | None = None) -> bool:
     """Whether ``record``'s config is one of its template's space today (True for a template
     this package does not define)."""
-    from ..backends.strategy.x86 import TEMPLATES
-    make = TEMPLATES.get(record.workload.template)
-    if make is None:
-        return True
-    space = make(record.workload)
-    return space.valid(space.complete(record.config))
+    space = _space(record, spaces)
+    return space is None or space.valid(space.complete(record.config))
 
 
-def _is_default(record) -> bool:
+def _is_default(record, spaces: dict | None = None) -> bool:
     """Whether ``record``'s config is its template's default (the strategy's own rule)."""
-    from ..backends.strategy.x86 import TEMPLATES
-    make = TEMPLATES.get(record.workload.template)
-    return make is not None and make(record.workload).default() == record.config
+    space = _space(record, spaces)
+    return space is not None and space.default() == record.config
 
 
 def distill(records) -> list:

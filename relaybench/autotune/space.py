@@ -21,6 +21,7 @@ config is the strategy's hand-picked rule, so an untuned workload compiles as it
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 
@@ -180,7 +181,7 @@ class Workload:
     out_dtype: str
     attrs: tuple = ()
 
-    @property
+    @functools.cached_property
     def key(self) -> str:
         return workload_key(self)
 

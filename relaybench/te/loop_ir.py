@@ -762,8 +762,16 @@ def map_children(node, fn):
     Children are the fields holding expressions or statements, alone or in tuples. A rebuilt
     binary operation folds integer constants again.
     """
+    kind = type(node)
+    if kind is Binary:   # most nodes: their two children without the general walk
+        a, b = fn(node.a), fn(node.b)
+        if a is node.a and b is node.b:
+            return node
+        return _binary(node.op, a, b)   # through the constructor so that constants fold
+    if kind is IntImm or kind is FloatImm or kind is Var:
+        return node
     changes = None
-    for name in _FIELD_NAMES.get(type(node)) or _child_fields(type(node)):
+    for name in _FIELD_NAMES.get(kind) or _child_fields(kind):
         value = getattr(node, name)
         if isinstance(value, _NODE_TYPES):
             new = fn(value)

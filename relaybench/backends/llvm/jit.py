@@ -104,7 +104,7 @@ class HostTarget:
         """What compiled code depends on; part of every cache key."""
         return f"{self.triple}/{self.cpu}/{self.features}"
 
-    @property
+    @functools.cached_property
     def has_avx512(self) -> bool:
         return "+avx512f" in self.features.split(",")
 
