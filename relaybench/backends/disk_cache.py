@@ -27,27 +27,38 @@ from .. import config
 __all__ = ["DiskCache", "sources_digest"]
 
 _digests: dict = {}
+_stamps: dict = {}   # a part of the package -> its files' "path:size:mtime" lines
 
 
 def sources_digest(parts: tuple) -> str:
     """A digest of the package's sources under ``parts`` (folders and files relative to the
     package: their paths, sizes and modification times), once per process: what a cache key
-    holds so that a changed compiler never reads an entry an older one wrote."""
+    holds so that a changed compiler never reads an entry an older one wrote. Each part's files
+    are read once per process, whichever digests share it."""
     found = _digests.get(parts)
     if found is None:
         import hashlib
-        root = Path(__file__).resolve().parent.parent
         digest = hashlib.sha256()
         for part in parts:
-            path = root / part
-            files = sorted(path.rglob("*.py")) if path.is_dir() else [path]
-            for f in files:
-                try:
-                    st = f.stat()
-                except OSError:
-                    continue
-                digest.update(f"{f.relative_to(root)}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+            digest.update(_part_stamp(part))
         found = _digests[parts] = digest.hexdigest()
+    return found
+
+
+def _part_stamp(part: str) -> bytes:
+    found = _stamps.get(part)
+    if found is None:
+        root = Path(__file__).resolve().parent.parent
+        path = root / part
+        files = sorted(path.rglob("*.py")) if path.is_dir() else [path]
+        lines = []
+        for f in files:
+            try:
+                st = f.stat()
+            except OSError:
+                continue
+            lines.append(f"{f.relative_to(root)}:{st.st_size}:{st.st_mtime_ns}\n")
+        found = _stamps[part] = "".join(lines).encode()
     return found
 
 
