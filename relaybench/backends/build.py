@@ -564,7 +564,7 @@ class _EarlyHelper:
     def __init__(self, target: Target):
         self.stream = None
         self.armed = False
-        if target.host.kind != "llvm":
+        if target.kind != "llvm":   # the thread pool is the CPU graph executor's
             return
         from .llvm import spinpool
         job = spinpool.compile_job()
