@@ -24,7 +24,7 @@ import numpy as np
 
 from relaybench.errors import CompileError
 from relaybench.te import loop_ir
-from relaybench.te.loop_ir import Expr, const, convert, map_children
+from relaybench.te.loop_ir import Expr, children, const, convert
 from relaybench.te.tensor import ComputeOp, IterVar, PlaceholderOp, Reduce, Tensor, as_extent
 
 __all__ = ["placeholder", "compute", "reduce_axis", "sum", "prod", "max", "min", "if_then_else",
@@ -96,7 +96,7 @@ def _check_reduce_placement(body: Expr, name: str):
         if isinstance(node, Reduce):
             raise CompileError(f"compute {name}: a reduction must be the whole body of the "
                                "compute; put it in a compute of its own")
-        map_children(node, lambda c: stack.append(c) or c)
+        stack.extend(children(node))
 
 
 def _reducer(combiner: str, init_of):

@@ -282,9 +282,7 @@ def size_vars_of(buffers) -> list:
                 node = stack.pop()
                 if isinstance(node, SizeVar):
                     found[node.name] = node
-                children = []
-                map_children(node, lambda c: children.append(c) or c)
-                stack.extend(children)
+                stack.extend(children(node))
     return [found[k] for k in sorted(found)]
 
 
@@ -801,8 +799,13 @@ def map_children(node, fn):
 
 def children(node) -> list:
     """The child nodes of ``node`` (the fields :func:`map_children` visits), in field order."""
+    kind = type(node)
+    if kind is Binary:
+        return [node.a, node.b]
+    if kind is IntImm or kind is FloatImm or kind is Var:
+        return []
     out = []
-    for name in _FIELD_NAMES.get(type(node)) or _child_fields(type(node)):
+    for name in _FIELD_NAMES.get(kind) or _child_fields(kind):
         value = getattr(node, name)
         if isinstance(value, _NODE_TYPES):
             out.append(value)

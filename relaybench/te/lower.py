@@ -36,8 +36,8 @@ from __future__ import annotations
 from relaybench.errors import CompileError
 from relaybench.te import loop_ir
 from relaybench.te.loop_ir import (Allocate, Barrier, Binary, Buffer, For, IfThenElse, IntImm,
-                                   Load, PrimFunc, Store, Var, free_vars, map_children, seq,
-                                   substitute)
+                                   Load, PrimFunc, Store, Var, children, free_vars, map_children,
+                                   seq, substitute)
 from relaybench.te.schedule import Fuse, Schedule, Split, Stage, create_schedule
 from relaybench.te.tensor import ComputeOp, IterVar, PlaceholderOp, Reduce, Tensor, TensorLoad
 
@@ -502,7 +502,7 @@ def _synchronizes(buffer, stmt) -> bool:
         if isinstance(node, Barrier) or (isinstance(node, Allocate)
                                           and node.buffer.scope == "shared"):
             return True
-        map_children(node, lambda child: stack.append(child) or child)
+        stack.extend(children(node))
     return False
 
 
@@ -580,7 +580,7 @@ def _loads_of(expr, buffer) -> list:
         seen.add(id(node))
         if isinstance(node, Load) and node.buffer is buffer:
             found.append(node)
-        map_children(node, lambda c: stack.append(c) or c)
+        stack.extend(children(node))
     return found
 
 

@@ -167,7 +167,7 @@ class ComputeOp:
 
 def _tensors_read(body: Expr) -> tuple:
     """The tensors ``body`` loads from, in first-use order."""
-    from relaybench.te.loop_ir import map_children
+    from relaybench.te.loop_ir import children
 
     found: dict = {}
     seen: set = set()
@@ -179,7 +179,5 @@ def _tensors_read(body: Expr) -> tuple:
         seen.add(id(node))
         if isinstance(node, TensorLoad):
             found.setdefault(node.tensor, None)
-        children = []
-        map_children(node, lambda c: children.append(c) or c)
-        stack.extend(reversed(children))
+        stack.extend(reversed(children(node)))
     return tuple(found)

@@ -261,8 +261,7 @@ def value_range(expr, ranges: dict) -> tuple[int, int] | None:
         node, expanded = stack.pop()
         if node in found:
             continue
-        children = []
-        L.map_children(node, lambda child: children.append(child) or child)
+        children = L.children(node)
         if not expanded and children and not isinstance(node, L.Load):
             stack.append((node, True))
             stack.extend((c, False) for c in children if c not in found)
@@ -333,7 +332,7 @@ def _nodes(root):
             continue
         seen.add(id(node))
         yield node
-        L.map_children(node, lambda child: stack.append(child) or child)
+        stack.extend(L.children(node))
 
 
 def _stored_buffers(stmt) -> set:
@@ -408,7 +407,7 @@ def _exact_values(body) -> set:
         elif (isinstance(node, L.Binary) and node.op in L.COMPARE_OPS
                 and _is_float(node.a.dtype)):
             roots.extend((node.a, node.b))
-        L.map_children(node, lambda child: stack.append(child) or child)
+        stack.extend(L.children(node))
     exact, stack = set(), roots
     while stack:
         node = stack.pop()
@@ -419,7 +418,7 @@ def _exact_values(body) -> set:
             if node in lets:
                 stack.append(lets[node])
         elif not isinstance(node, L.Load):
-            L.map_children(node, lambda child: stack.append(child) or child)
+            stack.extend(L.children(node))
     return exact
 
 
@@ -459,8 +458,7 @@ class _VectorLoop:
             node, expanded = stack.pop()
             if node in memo:
                 continue
-            children = []
-            L.map_children(node, lambda child: children.append(child) or child)
+            children = L.children(node)
             if not expanded and any(c not in memo for c in children):
                 stack.append((node, True))
                 stack.extend((c, False) for c in children if c not in memo)
@@ -572,7 +570,7 @@ class _VectorLoop:
             if isinstance(node, L.Load) and node.buffer in written:
                 if L.to_text(node) not in written[node.buffer]:  # another lane's element
                     return None
-            L.map_children(node, lambda child: stack.append(child) or child)
+            stack.extend(L.children(node))
         return self
 
 
@@ -1033,8 +1031,7 @@ class _FunctionBuilder:
             node, expanded = stack.pop()
             if id(node) in deps:
                 continue
-            children = []
-            L.map_children(node, lambda child: children.append(child) or child)
+            children = L.children(node)
             if not expanded:
                 pending = [c for c in children if id(c) not in deps]
                 if pending:
@@ -1972,7 +1969,7 @@ class _FunctionBuilder:
                     break
                 if isinstance(node, L.Load):
                     loads.append(node)
-                L.map_children(node, lambda child: stack.append(child) or child)
+                stack.extend(L.children(node))
             known = self.loads[id(value)] = (loads, value)
         loads = known[0]
         if loads is None:

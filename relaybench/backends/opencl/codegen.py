@@ -260,7 +260,7 @@ def _bound_extents(stmt, where: str) -> dict:
                                    f"{node.kind} needs a constant extent")
             found[node.kind] = max(found.get(node.kind, 0), int(node.extent.value))
         if isinstance(node, L.Stmt):
-            L.map_children(node, lambda child: stack.append(child) or child)
+            stack.extend(L.children(node))
     return found
 
 
@@ -271,7 +271,7 @@ def _mentions_var(stmt, var) -> bool:
         node = stack.pop()
         if node is var:
             return True
-        L.map_children(node, lambda child: stack.append(child) or child)
+        stack.extend(L.children(node))
     return False
 
 
@@ -282,7 +282,7 @@ def _stored(stmt) -> set:
         if isinstance(node, L.Store):
             found.add(node.buffer)
         if isinstance(node, L.Stmt):
-            L.map_children(node, lambda child: stack.append(child) or child)
+            stack.extend(L.children(node))
     return found
 
 
@@ -296,7 +296,7 @@ def _has_load(expr, memo: dict) -> bool:
         if isinstance(node, L.Load):
             found = True
         else:
-            L.map_children(node, lambda child: stack.append(child) or child)
+            stack.extend(L.children(node))
     memo[expr] = found
     return found
 
@@ -737,7 +737,7 @@ class _Writer:
             node = stack.pop()
             if isinstance(node, (L.Load, L.Store)) and node.buffer is buffer:
                 return True
-            L.map_children(node, lambda child: stack.append(child) or child)
+            stack.extend(L.children(node))
         return False
 
     def emit(self, line: str):

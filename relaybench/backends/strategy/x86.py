@@ -931,7 +931,7 @@ INLINE_BUDGET = 2048
 def _too_big_to_inline(s, output_ops) -> set:
     """The injective stages whose inlining would copy more than :data:`INLINE_BUDGET` nodes
     into their readers; they are computed into buffers of their own instead."""
-    from ...te.loop_ir import map_children
+    from ...te.loop_ir import children
     from ...te.tensor import TensorLoad
 
     def walk(body):
@@ -946,7 +946,7 @@ def _too_big_to_inline(s, output_ops) -> set:
                 stack.extend(node.indices)
                 continue
             size += 1
-            map_children(node, lambda child: stack.append(child) or child)
+            stack.extend(children(node))
         return size, loads
 
     expanded: dict = {}   # inlined op -> its body's expanded size
