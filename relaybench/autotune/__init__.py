@@ -27,8 +27,8 @@ _LAZY = {
                      "config_for", "current_context"), ".dispatch"),
     **dict.fromkeys(("DaskRunner", "LocalRunner", "measure_candidate", "task_function"),
                     ".measure"),
-    **dict.fromkeys(("Record", "best_by_workload", "load_records", "save_records",
-                     "shipped_logs"), ".record"),
+    **dict.fromkeys(("Record", "best_by_workload", "load_records", "save_records"), ".record"),
+    "shipped_logs": ".shipped",
     **dict.fromkeys(("ConfigSpace", "Knob", "Workload"), ".space"),
     **dict.fromkeys(("Task", "TuningResult", "extract_tasks", "tune", "tune_task"), ".tuner"),
 }

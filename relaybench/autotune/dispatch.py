@@ -89,7 +89,7 @@ def _warn_other_registers(records, source) -> None:
     """Warn when every record was measured on a CPU whose vector registers are not this host's
     (AVX-512's 32 or not): its register tiles were chosen for those and may spill here. The
     shipped logs of the other kind are never applied by default (see ``shipped_logs``)."""
-    from .record import _has_avx512, host_cpu
+    from .shipped import _has_avx512, host_cpu
     kinds = {_has_avx512(r.cpu) for r in records if r.cpu}
     if len(kinds) != 1:
         return
@@ -128,7 +128,7 @@ def _knob_logs_stamp():
     if not path:
         return None
     if path == "shipped":
-        from .record import shipped_logs
+        from .shipped import shipped_logs
         paths = shipped_logs()
     else:
         paths = [Path(path).expanduser()]

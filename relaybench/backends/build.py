@@ -843,12 +843,6 @@ def optimized_module(mod: IRModule, params, target: Target, opt_level, instrumen
     ``write_behind``, a new entry's file is written by a thread while the caller goes on (it
     calls the cache's ``flush()`` before it returns). ``on_miss()`` is called once the
     parameters are bound, when the passes are to run."""
-    from ..ir.expr import Let
-    from ..ir.functor import post_order
-    from ..passes.bind_params import bind_params
-    from ..passes.infer_type import InferType
-    from ..passes.pipelines import optimize
-    from ..passes.to_graph_normal_form import ToGraphNormalForm
     from .build_cache import build_key, get_build_cache
 
     required_pass, disabled_pass = tuple(required_pass), tuple(disabled_pass)  # read twice
@@ -859,6 +853,12 @@ def optimized_module(mod: IRModule, params, target: Target, opt_level, instrumen
         found = get_build_cache().load(key)
         if found is not None:
             return found, True
+    from ..ir.expr import Let
+    from ..ir.functor import post_order
+    from ..passes.bind_params import bind_params
+    from ..passes.infer_type import InferType
+    from ..passes.pipelines import optimize
+    from ..passes.to_graph_normal_form import ToGraphNormalForm
     if params:
         mod = bind_params(mod, params)
     if on_miss is not None:

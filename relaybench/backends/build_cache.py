@@ -108,7 +108,12 @@ def _steps_aside(mod, instruments, pass_config) -> bool:
 
 def _a_default_pass_replaced() -> bool:
     """Whether a pass of the default pipeline is registered from outside the package (a user's
-    pass under a default pass's name: the sources' digest does not see it)."""
+    pass under a default pass's name: the sources' digest does not see it). No pass can have
+    been registered before the pass infrastructure is imported; a cached build does not import
+    it."""
+    import sys
+    if "relaybench.passes.infra" not in sys.modules:
+        return False
     from ..passes.infra import _REGISTRY
     from ..passes.pipelines import DEFAULT_PASSES
     for name, _ in DEFAULT_PASSES:
@@ -165,7 +170,6 @@ def build_key(mod, params, target, opt_level: int, required_pass, disabled_pass,
         return None
     from ..autotune.dispatch import _knob_logs_stamp
     from ..ir.structural import structural_hash
-    from ..passes.pipelines import DEFAULT_PASSES
     from .group_cache import LOWERING_KNOBS
     from .llvm.jit import host_target
     digest = hashlib.sha256()
@@ -174,7 +178,7 @@ def build_key(mod, params, target, opt_level: int, required_pass, disabled_pass,
              host_target().identity, repr(knobs), repr(_knob_logs_stamp()),
              f"opt_level={int(opt_level)}",
              repr(sorted(required_pass)), repr(sorted(disabled_pass)),
-             repr(sorted(dict(pass_config or {}).items())), repr(DEFAULT_PASSES),
+             repr(sorted(dict(pass_config or {}).items())), _default_passes(),
              str(structural_hash(mod, constant_data=False)))
     digest.update("\n".join(parts).encode())
     named = [(f"constant {i}", node.data) for i, node in enumerate(_tensor_constants(mod))]
@@ -183,6 +187,16 @@ def build_key(mod, params, target, opt_level: int, required_pass, disabled_pass,
     for (name, array), sha in zip(named, _sha1_all([a for _, a in named])):
         digest.update(f"\n{name}:{array.dtype.str}{array.shape}:".encode() + sha)
     return digest.hexdigest()
+
+
+def _default_passes() -> str:
+    """The default pipeline as the key names it: as shipped (the sources' digest holds it), or
+    the passes a program set at run time. A cached build does not import the passes."""
+    import sys
+    pipelines = sys.modules.get("relaybench.passes.pipelines")
+    if pipelines is None or pipelines.DEFAULT_PASSES == pipelines._SHIPPED_PASSES:
+        return "default passes as shipped"
+    return repr(pipelines.DEFAULT_PASSES)
 
 
 def _sha1_all(arrays: list) -> list:
@@ -316,7 +330,7 @@ class BuildCache(DiskCache):
         from ..errors import RelayError
         from ..ir.expr import Constant
         from ..ir.parser import parse
-        from ..passes.infer_type import InferType
+        from ..ir.type_infer import infer_module
         magic, fmt, head_len = _HEAD.unpack_from(buf, 0)
         if magic != _MAGIC:
             raise ValueError("wrong magic bytes")
@@ -341,7 +355,7 @@ class BuildCache(DiskCache):
         except RelayError as err:
             raise ValueError(f"its text does not parse: {err}") from None
         _put_spans(mod, header["spans"])
-        return InferType()(mod)
+        return infer_module(mod)
 
     def store(self, key: str, mod, background: bool = False) -> bool:
         """Keep ``mod`` (the pipeline's typed result) under ``key``; False when it is not kept

@@ -79,6 +79,7 @@ DEFAULT_PASSES: tuple = (
     ("FoldConstant", {}),
     ("FuseOps", {"fuse_opt_level": "opt_level"}),
 )
+_SHIPPED_PASSES = DEFAULT_PASSES   # the build cache's key names a pipeline changed at run time
 
 
 def default_pipeline(opt_level: Optional[int] = None) -> Sequential:

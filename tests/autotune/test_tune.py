@@ -165,7 +165,7 @@ def test_the_shipped_log_covers_resnet18():
 
 
 def test_shipped_logs_follow_the_hosts_vector_registers(monkeypatch):
-    from relaybench.autotune import record
+    from relaybench.autotune import shipped as record
     logs = sorted(record.LOG_DIR.glob("*.jsonl"))
     kinds = {p: record._log_avx512(p) for p in logs}
     for wide in (True, False):
@@ -177,7 +177,7 @@ def test_shipped_logs_follow_the_hosts_vector_registers(monkeypatch):
 
 def test_a_log_of_the_other_vector_registers_is_applied_with_a_warning(monkeypatch, tmp_path):
     import warnings
-    from relaybench.autotune import record
+    from relaybench.autotune import shipped as record
     logs = {wide: next(p for p in sorted(record.LOG_DIR.glob("*.jsonl"))
                        if record._log_avx512(p) is wide) for wide in (True, False)}
     for wide in (True, False):
