@@ -108,9 +108,9 @@ def test_summary_and_table():
 
 
 def test_the_handoff_between_two_threads_is_a_round_trip_in_nanoseconds():
-    """Two threads hand a counter back and forth: a round trip takes more than a nanosecond
-    and less than a millisecond on any host with two cores (not a speed check: on one core
-    the probe declines)."""
+    """Two threads hand a counter back and forth: a round trip in nanoseconds, more than one
+    (not a speed check: on one core the probe declines). Below a second: on two cores busy
+    with other tests the threads may take turns on one, milliseconds a trip (2.7 ms seen)."""
     import math
     import os
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
@@ -119,7 +119,7 @@ def test_the_handoff_between_two_threads_is_a_round_trip_in_nanoseconds():
     if len(os.sched_getaffinity(0)) < 2:
         assert math.isnan(value)
     else:
-        assert 1.0 < value < 1e6
+        assert 1.0 < value < 1e9
 
 
 def test_layer_tables_set_convolutions_against_the_peak_and_dense_against_memory():

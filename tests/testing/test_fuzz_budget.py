@@ -8,7 +8,7 @@ from relaybench.testing.fuzz import check_seed
 
 FIRST_SEED = 50_000
 CHUNKS = 4
-PER_CHUNK = 12       # 48 programs (`make fuzz` runs a larger budget)
+PER_CHUNK = 9        # 36 programs (`make fuzz` runs a larger budget)
 DEVICE_EVERY = 6
 """The OpenCL configuration runs every sixth program: each program is a new OpenCL build,
 about a second of PoCL's compiler on a cold cache, where the CPU configurations' kernels come
