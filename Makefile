@@ -22,9 +22,11 @@ LAB_FLAGS ?= $(if $(filter 0,$(shell id -u)),--allow-root)
 venv: $(STAMP)
 
 # Reinstall only when pyproject.toml (or the extras named here) changed since the last install.
+# --no-compile: Python compiles the modules a process imports when it first does, not every
+# module of every dependency at install time.
 $(STAMP): pyproject.toml Makefile
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[$(EXTRAS)]'
+	$(PY) -m pip install -q --disable-pip-version-check --no-compile -e '.[$(EXTRAS)]'
 	@touch $@
 
 # Never fails: an existing $(CHROMIUM) makes it a no-op; otherwise apt-get install, with
